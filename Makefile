@@ -1,0 +1,47 @@
+# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+# Each creates or refreshes the virtualenv .venv and installs exactly what it needs.
+#
+# torch: on a machine without an NVIDIA GPU we install the CPU build explicitly (a bare
+# `torch` requirement resolves to a multi-GB CUDA build). Override TORCH_SPEC / TORCH_INDEX
+# for other machines, e.g. TORCH_INDEX=https://download.pytorch.org/whl/cpu.
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
+PIP := $(VENV)/bin/python -m pip
+HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
+DEMO_CONFIG ?= configs/tictactoe_move.yaml
+
+.PHONY: demo test test-slow venv warmstart clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstall when the package metadata changes.
+$(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -q --upgrade pip
+ifeq ($(HAS_GPU),1)
+	$(PIP) install -q torch
+else
+	$(PIP) install -q $(TORCH_SPEC) $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+endif
+	$(PIP) install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+warmstart: venv
+	$(VENV)/bin/arl warmstart
+
+demo: warmstart
+	$(VENV)/bin/arl train $(DEMO_CONFIG)
+
+test: venv
+	$(VENV)/bin/python -m pytest -q
+
+test-slow: venv
+	$(VENV)/bin/python -m pytest -q -m slow
+
+clean:
+	rm -rf $(VENV) .cache runs

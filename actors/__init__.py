@@ -1,0 +1,1 @@
+"""Ray actors: the only package that imports ray."""

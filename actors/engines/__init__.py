@@ -1,0 +1,1 @@
+"""Rollout engines behind the RolloutEngine protocol."""

@@ -1,0 +1,288 @@
+"""HF transformers rollout engine: batched sampling with a KV cache on CPU (or one GPU).
+
+`HFEngine` implements `arl.protocols.RolloutEngine` with a hand-written decode loop rather than
+`model.generate`, so that it owns the three things RL needs exactly: the sampled token ids, the
+sampler's logprob of each id, and a seeded RNG that makes a call reproducible.
+
+Logprob convention: the reported logprob of a sampled id is taken from
+log_softmax(logits / temperature) in fp32, BEFORE top-p filtering. That is the quantity a learner
+recomputes from a full forward pass at the same temperature (it knows nothing of the top-p
+nucleus), so sampler and learner logprobs agree up to floating-point noise and the GSPO ratio is
+1 when the weights are equal. With temperature 0 (greedy) logprobs are reported at temperature 1.
+
+This module imports torch and transformers at the top (it is the HF engine; nothing imports it
+unless it is used) and never imports ray: `actors/` wraps the class with `ray.remote` elsewhere.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+from arl.types import Generation, SamplingParams
+
+_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+_CHAT_STOP_TOKEN = "<|im_end|>"
+
+
+class HFEngine:
+    """A transformers causal LM behind the RolloutEngine protocol.
+
+    Contract:
+    - `generate(prompts, params)` returns one Generation per prompt, in order. Prompts of any
+      lengths are left-padded into batches of at most `max_batch_size` (longest-first, so
+      similar lengths share a batch); a padded prompt yields the same tokens as the prompt alone,
+      up to floating-point noise. The same prompts, params (seed included) and weights give
+      identical ids and logprobs.
+    - A row stops at its first stop id (kept in `token_ids`, finished=True) or after
+      `max_new_tokens` ids (finished=False).
+    - `update_weights(weights, version)` loads a full state dict (HF names; numpy arrays or torch
+      tensors) in one `load_state_dict` call, and records `version`. Keys and shapes are checked
+      before any weight changes, so a bad mapping raises ValueError and leaves the model as it was.
+      For tied weights (e.g. Qwen2's `lm_head.weight` = `model.embed_tokens.weight`) either or both
+      names may be given; when both are given the first name in `model.state_dict()` order wins.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        dtype: str = "bfloat16",
+        stop_token_ids: Sequence[int] | None = None,
+        max_batch_size: int = 64,
+        version: int = 0,
+    ) -> None:
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        self.dtype = _DTYPES[dtype]
+        self.max_batch_size = max_batch_size
+        self.version = version
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype)
+        self.model.eval()
+        self.model.requires_grad_(False)
+        ids = list(stop_token_ids) if stop_token_ids is not None else self._default_stop_ids()
+        if not ids:
+            raise ValueError("no stop token ids: pass stop_token_ids explicitly")
+        self.stop_token_ids = torch.tensor(sorted(set(ids)), dtype=torch.long)
+        pad = self.tokenizer.pad_token_id
+        self.pad_token_id = 0 if pad is None else pad  # any id works: pads are masked
+        self._expected = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
+        self._aliases = _tied_groups(self.model)
+
+    def get_tokenizer(self) -> Any:
+        """The model's tokenizer (a method, so that a Ray actor handle can fetch it)."""
+        return self.tokenizer
+
+    def close(self) -> None:
+        """Drop the model so its memory can be freed; the engine is unusable afterwards."""
+        self.model = None
+
+    def _default_stop_ids(self) -> list[int]:
+        """The tokenizer's eos id and the chat end-of-turn token, where they exist."""
+        ids = [self.tokenizer.eos_token_id]
+        if _CHAT_STOP_TOKEN in self.tokenizer.get_vocab():
+            ids.append(self.tokenizer.convert_tokens_to_ids(_CHAT_STOP_TOKEN))
+        return [i for i in ids if i is not None]
+
+    # ---- weights -------------------------------------------------------------------------
+
+    def update_weights(self, weights: Mapping[str, Any], version: int) -> None:
+        """Replace all weights in one `load_state_dict(strict=True)` call; see the class contract.
+
+        numpy arrays become tensors with `torch.from_numpy` (zero-copy); the cast to the model
+        dtype happens inside `load_state_dict`'s in-place copy, so no extra full copy is made.
+        """
+        if self.model is None:
+            raise RuntimeError("engine is closed")
+        state = self._complete_tied(dict(weights))
+        self._check_keys_and_shapes(state)
+        with warnings.catch_warnings():
+            # Read-only arrays (e.g. from Ray's object store) warn on from_numpy; we never write.
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            tensors = {k: _as_tensor(v) for k, v in state.items()}
+        with torch.no_grad():
+            self.model.load_state_dict(tensors, strict=True)
+        self.version = version
+
+    def _complete_tied(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Give every name of a tied group the value of the first group name present."""
+        for group in self._aliases:
+            source = next((name for name in group if name in state), None)
+            if source is not None:
+                for name in group:
+                    state[name] = state[source]
+        return state
+
+    def _check_keys_and_shapes(self, state: Mapping[str, Any]) -> None:
+        missing = sorted(set(self._expected) - set(state))
+        unexpected = sorted(set(state) - set(self._expected))
+        if missing or unexpected:
+            raise ValueError(f"state dict mismatch: missing={missing[:5]} unexpected={unexpected[:5]}")
+        bad = [k for k, v in state.items() if tuple(v.shape) != self._expected[k]]
+        if bad:
+            raise ValueError(f"shape mismatch for {bad[:5]}")
+
+    # ---- sampling ------------------------------------------------------------------------
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        """Sample one turn per prompt; see the class contract."""
+        if self.model is None:
+            raise RuntimeError("engine is closed")
+        _check_params(params)
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("empty prompt")
+        generator = torch.Generator().manual_seed(params.seed)
+        # Longest first: similar lengths share a batch, so less padding is computed.
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        results: list[Generation | None] = [None] * len(prompts)
+        with torch.inference_mode():
+            for start in range(0, len(order), self.max_batch_size):
+                chunk = order[start : start + self.max_batch_size]
+                batch = self._generate_batch([prompts[i] for i in chunk], params, generator)
+                for i, generation in zip(chunk, batch):
+                    results[i] = generation
+        return results  # type: ignore[return-value]
+
+    def _generate_batch(
+        self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator
+    ) -> list[Generation]:
+        """Prefill the left-padded batch once, then decode one token per step with the cache.
+
+        Rows that hit a stop id leave the batch (their cache rows are dropped), so late steps
+        only pay for the rows still running.
+        """
+        batch_size, max_new = len(prompts), params.max_new_tokens
+        input_ids, attention_mask = _left_pad(prompts, self.pad_token_id)
+        positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        logits = self._forward(input_ids, attention_mask, positions, cache)
+
+        tokens = torch.zeros(batch_size, max_new, dtype=torch.long)
+        logprobs = torch.zeros(batch_size, max_new, dtype=torch.float32)
+        lengths = torch.full((batch_size,), max_new, dtype=torch.long)
+        finished = torch.zeros(batch_size, dtype=torch.bool)
+        rows = torch.arange(batch_size)  # original row of each live batch row
+        next_pos = positions[:, -1:] + 1  # [b, 1]
+        for step in range(max_new):
+            token, logprob = _sample(logits, params, generator)
+            tokens[rows, step] = token
+            logprobs[rows, step] = logprob
+            stopped = torch.isin(token, self.stop_token_ids)
+            finished[rows[stopped]] = True
+            lengths[rows[stopped]] = step + 1
+            live = (~stopped).nonzero().squeeze(1)
+            if step == max_new - 1 or live.numel() == 0:
+                break
+            if live.numel() < len(rows):
+                rows, token, next_pos = rows[live], token[live], next_pos[live]
+                attention_mask = attention_mask[live]
+                cache.batch_select_indices(live)
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(rows), 1)], 1)
+            logits = self._forward(token[:, None], attention_mask, next_pos, cache)
+            next_pos = next_pos + 1
+        return _to_generations(tokens, logprobs, lengths, finished)
+
+    def _forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        positions: torch.Tensor,
+        cache: DynamicCache,
+    ) -> torch.Tensor:
+        """Run the model on new tokens; returns fp32 logits of the last position, [b, vocab]."""
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out.logits[:, -1].float()
+
+
+def _check_params(params: SamplingParams) -> None:
+    if params.temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {params.temperature}")
+    if not 0 < params.top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
+    if params.max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {params.max_new_tokens}")
+
+
+def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[b, L] ids and attention mask (1 = real token), prompts aligned to the right."""
+    width = max(len(p) for p in prompts)
+    ids = np.full((len(prompts), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(prompts), width), dtype=np.int64)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = prompt
+        mask[row, width - len(prompt) :] = 1
+    return torch.from_numpy(ids), torch.from_numpy(mask)
+
+
+def _sample(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one id per row from fp32 logits [b, V]; returns (ids [b], logprobs [b]).
+
+    The logprob is read from the temperature-scaled distribution before top-p (module docstring).
+    Sampling uses the exponential-race form of Gumbel-max: argmax(p / E), E ~ Exp(1), drawn from
+    `generator`, which is one batched op and never renormalises the nucleus.
+    """
+    if params.temperature == 0:
+        logp = torch.log_softmax(logits, dim=-1)
+        token = logp.argmax(dim=-1)
+    else:
+        logp = torch.log_softmax(logits / params.temperature, dim=-1)
+        nucleus = _top_p_filter(logp, params.top_p) if params.top_p < 1 else logp
+        race = torch.empty_like(nucleus).exponential_(generator=generator)
+        token = (nucleus.exp() / race).argmax(dim=-1)
+    return token, logp.gather(1, token[:, None]).squeeze(1)
+
+
+def _top_p_filter(logp: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Set to -inf every id outside the smallest set whose probability reaches top_p.
+
+    The most likely id is always kept, so a tiny top_p is greedy (ties: the lowest id, as argmax).
+    """
+    sorted_logp, order = torch.sort(logp, dim=-1, descending=True, stable=True)
+    probs = sorted_logp.exp()
+    outside = (probs.cumsum(dim=-1) - probs) > top_p  # mass before this id already reaches top_p
+    sorted_logp = sorted_logp.masked_fill(outside, float("-inf"))
+    return torch.empty_like(logp).scatter_(1, order, sorted_logp)
+
+
+def _to_generations(
+    tokens: torch.Tensor, logprobs: torch.Tensor, lengths: torch.Tensor, finished: torch.Tensor
+) -> list[Generation]:
+    """Slice each row to its length; `finished` marks rows that ended on a stop id."""
+    ids, lps = tokens.numpy().astype(np.int32), logprobs.numpy()
+    return [
+        Generation(token_ids=ids[row, :n].copy(), logprobs=lps[row, :n].copy(), finished=done)
+        for row, (n, done) in enumerate(zip(lengths.tolist(), finished.tolist()))
+    ]
+
+
+def _as_tensor(value: Any) -> torch.Tensor:
+    """numpy → tensor without a copy; tensors pass through."""
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value)
+    if isinstance(value, torch.Tensor):
+        return value
+    raise TypeError(f"weights must be numpy arrays or torch tensors, got {type(value).__name__}")
+
+
+def _tied_groups(model: torch.nn.Module) -> list[list[str]]:
+    """State-dict names that share one tensor (tied weights), in state-dict order."""
+    groups: dict[int, list[str]] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        groups.setdefault(id(tensor), []).append(name)
+    return [names for names in groups.values() if len(names) > 1]

@@ -1,0 +1,84 @@
+"""A group of identical workers, hosted as Ray actors or in this process.
+
+Workers are plain classes. `ActorGroup` is the one place that turns them into Ray actors
+(`ray.remote(cls)` at spawn time, never a decorator on the class) and the one place that
+waits on their results. With `use_ray=False` the same calls run in-process, which keeps the
+driver testable without a cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+
+
+class ActorGroup:
+    """N instances of `cls`, each built with its own constructor arguments.
+
+    Methods are called on all members at once; results come back in member order.
+    `num_returns > 1` splits a method's tuple result into separate object references, so a
+    large part (e.g. trajectories) can stay in the object store while a small part travels.
+    """
+
+    def __init__(
+        self,
+        cls: type,
+        args_per_member: Sequence[tuple[Any, ...]],
+        *,
+        num_cpus: float,
+        num_gpus: float = 0.0,
+        use_ray: bool = True,
+        name: str = "",
+    ):
+        self.use_ray = use_ray
+        if use_ray:
+            remote_cls = ray.remote(cls)
+            self.members = [
+                remote_cls.options(
+                    num_cpus=num_cpus, num_gpus=num_gpus, name=f"{name}-{i}" if name else None
+                ).remote(*args)
+                for i, args in enumerate(args_per_member)
+            ]
+        else:
+            self.members = [cls(*args) for args in args_per_member]
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def submit(
+        self, method: str, args_per_member: Sequence[tuple[Any, ...]], num_returns: int = 1
+    ) -> list[Any]:
+        """Start `method` on every member; return object refs (or local results), in order."""
+        if len(args_per_member) != len(self.members):
+            raise ValueError(f"{len(args_per_member)} argument sets for {len(self)} members")
+        if not self.use_ray:
+            return [getattr(m, method)(*args) for m, args in zip(self.members, args_per_member)]
+        return [
+            getattr(m, method).options(num_returns=num_returns).remote(*args)
+            for m, args in zip(self.members, args_per_member)
+        ]
+
+    def call(self, method: str, *args: Any) -> list[Any]:
+        """Run `method(*args)` on every member and wait for the results."""
+        return self.get(self.submit(method, [args] * len(self.members)))
+
+    def get(self, refs: Any) -> Any:
+        """Resolve object refs produced by this group (a no-op in-process)."""
+        return ray.get(refs) if self.use_ray else refs
+
+    def put(self, value: Any) -> Any:
+        """Store `value` once for every member to read (the object store, or itself)."""
+        return ray.put(value) if self.use_ray else value
+
+    def close(self) -> None:
+        if self.use_ray:
+            for member in self.members:
+                ray.kill(member)
+        else:
+            for member in self.members:
+                close = getattr(member, "close", None)
+                if close is not None:
+                    close()
+        self.members = []

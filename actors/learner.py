@@ -1,0 +1,41 @@
+"""The learner worker: a GSPO learner hosted as one actor, fed trajectories by reference."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from arl.config import LearnerConfig, ModelConfig
+from arl.types import Trajectory
+from learner.checkpoint import save_checkpoint
+from learner.model import set_torch_threads
+from learner.step import GSPOLearner
+
+
+class LearnerWorker:
+    """Owns the trained weights. `step` takes advantages first, then one trajectory list per
+    rollout worker, so that Ray resolves each list straight from the object store."""
+
+    def __init__(
+        self,
+        model: ModelConfig,
+        cfg: LearnerConfig,
+        total_steps: int,
+        seed: int,
+        temperature: float,
+        threads: int,
+    ):
+        set_torch_threads(threads)
+        self.temperature = temperature
+        self.learner = GSPOLearner(model.path, cfg, model.dtype, total_steps, seed)
+
+    def step(self, advantages: np.ndarray, *shards: Sequence[Trajectory]) -> dict[str, float]:
+        trajectories = [t for shard in shards for t in shard]
+        return self.learner.step(trajectories, advantages, temperature=self.temperature)
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        return self.learner.export_weights()
+
+    def save_checkpoint(self, directory: str, step: int, extra: dict) -> None:
+        save_checkpoint(directory, self.learner, step, extra)

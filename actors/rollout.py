@@ -1,0 +1,71 @@
+"""The rollout worker: an inference engine plus environments, playing groups of episodes.
+
+A plain class: `ActorGroup` hosts it as a Ray actor (or in-process for tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from arl.config import EnvConfig, ModelConfig, RolloutConfig
+from arl.episode import ChatRenderer, run_episodes
+from arl.types import EpisodeSummary, SamplingParams, Trajectory
+from envs import make_env
+from learner.model import set_torch_threads
+
+from actors.engines.hf import HFEngine
+
+
+class RolloutWorker:
+    """Collects trajectory groups for given start states with the weights it holds.
+
+    Contract: `collect(env_seeds, group_ids, seed)` plays `group_size` episodes from each
+    start state (all G episodes of a group share the env seed, so they start identically),
+    batched through one engine, and returns (summaries, trajectories) in the same order:
+    group by group, G consecutive episodes each. The same weights, start states and `seed`
+    give the same trajectories.
+    """
+
+    def __init__(
+        self,
+        model: ModelConfig,
+        rollout: RolloutConfig,
+        env: EnvConfig,
+        threads: int,
+    ):
+        set_torch_threads(threads)
+        self.cfg = rollout
+        self.env_cfg = env
+        self.engine = HFEngine(model.path, dtype=model.dtype)
+        tokenizer = self.engine.get_tokenizer()
+        self.renderer = ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
+
+    def collect(
+        self, env_seeds: Sequence[int], group_ids: Sequence[int], seed: int
+    ) -> tuple[list[EpisodeSummary], list[Trajectory]]:
+        starts = [
+            (make_env(self.env_cfg), int(env_seed), int(group_id))
+            for env_seed, group_id in zip(env_seeds, group_ids, strict=True)
+            for _ in range(self.cfg.group_size)
+        ]
+        params = SamplingParams(
+            temperature=self.cfg.temperature,
+            top_p=self.cfg.top_p,
+            max_new_tokens=self.cfg.max_new_tokens,
+            seed=seed,
+        )
+        trajectories = run_episodes(
+            self.engine, self.renderer, starts, params, max_turns=self.cfg.max_turns
+        )
+        return [t.summary() for t in trajectories], trajectories
+
+    def update_weights(self, weights: Mapping[str, Any], version: int) -> None:
+        self.engine.update_weights(weights, version)
+
+    @property
+    def version(self) -> int:
+        return self.engine.version
+
+    def close(self) -> None:
+        self.engine.close()

@@ -1,0 +1,240 @@
+"""The one typed config schema.
+
+Load order: the dataclass defaults below, then YAML file(s) in order, then `key=value`
+overrides. `load_config` validates once and returns a plain `Config` object; components
+receive their own sub-config. Every failure raises `ConfigError` naming the key, before any
+heavy import or Ray start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+
+class ConfigError(ValueError):
+    """A config value is unknown, mistyped or impossible. `key` is its dotted path."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"config error at '{key}': {message}")
+        self.key = key
+
+
+@dataclass
+class ModelConfig:
+    path: str = ".cache/models/tiny-warmstart"  # a local HF model directory
+    dtype: str = "bfloat16"  # bfloat16 | float32
+
+
+@dataclass
+class EnvConfig:
+    name: str = "tictactoe_move"  # tictactoe_move | tictactoe | connect_four
+    reward_invalid: float = -1.0  # missing, malformed or illegal call
+    reward_legal: float = 0.0  # tictactoe_move: a legal move that is not best
+    reward_best: float = 0.8  # tictactoe_move: a minimax-best move
+    reward_win: float = 1.0  # immediate win (move) / won game (full games)
+    reward_draw: float = 0.0
+    reward_loss: float = -1.0
+    opponent: str = "eps_minimax"  # random | minimax | eps_minimax | policy
+    opponent_epsilon: float = 0.3  # eps_minimax: chance of a random move
+    invalid_action: str = "end"  # end: game over with reward_invalid | retry
+    max_retries: int = 2  # invalid_action=retry: retries per turn before the game ends
+    search_depth: int = 4  # connect_four minimax depth
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "hf"  # hf (vllm arrives with its extra)
+    num_workers: int = 1
+    cpus_per_worker: int = 1
+    groups_per_step: int = 8  # start states per step; batch = groups_per_step * group_size
+    group_size: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 48  # per turn
+    max_turns: int = 1
+
+
+@dataclass
+class LearnerConfig:
+    loss: str = "gspo"  # gspo | gspo_token | grpo
+    lr: float = 1e-4
+    lr_schedule: str = "constant"  # constant | cosine
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    mini_batches: int = 4  # optimizer steps per rollout batch (GSPO paper: 4)
+    micro_batch_size: int = 16  # sequences per forward/backward
+    clip_low: float = 3e-4
+    clip_high: float = 4e-4
+    advantage_eps: float = 1e-6
+    cpus: int = 1
+    checkpoint_every: int = 100  # steps; 0 = only at the end
+
+
+@dataclass
+class RayConfig:
+    address: str = "auto"  # auto: join a running cluster if any, else start an embedded one
+    host: str = "127.0.0.1"  # bind address of an embedded cluster
+    dashboard: bool = False
+    num_cpus: int = 0  # embedded cluster size; 0 = all cores
+
+
+@dataclass
+class WandbConfig:
+    mode: str = "offline"  # online | offline | disabled
+    project: str = "arl"
+    entity: str = ""
+
+
+@dataclass
+class WarmstartConfig:
+    output: str = ".cache/models/tiny-warmstart"
+    env: str = "tictactoe_move"
+    examples: int = 4000
+    epochs: int = 2
+    lr: float = 3e-3
+    batch_size: int = 32
+    malformed_fraction: float = 0.2  # transcripts whose call does not parse
+    illegal_fraction: float = 0.45  # well-formed calls on an occupied square
+    vocab_size: int = 400
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4  # head size = hidden_size / num_heads, >= 32 for vLLM
+
+
+@dataclass
+class Config:
+    run_name: str = "run"
+    seed: int = 0
+    steps: int = 400
+    output_dir: str = "runs"
+    mode: str = "sync"  # sync
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    warmstart: WarmstartConfig = field(default_factory=WarmstartConfig)
+
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "mode": ("sync",),
+    "model.dtype": ("bfloat16", "float32"),
+    "env.name": ("tictactoe_move", "tictactoe", "connect_four"),
+    "env.opponent": ("random", "minimax", "eps_minimax", "policy"),
+    "env.invalid_action": ("end", "retry"),
+    "rollout.engine": ("hf",),
+    "learner.loss": ("gspo", "gspo_token", "grpo"),
+    "learner.lr_schedule": ("constant", "cosine"),
+    "wandb.mode": ("online", "offline", "disabled"),
+    "warmstart.env": ("tictactoe_move",),
+}
+_POSITIVE = (
+    "steps", "rollout.num_workers", "rollout.cpus_per_worker", "rollout.groups_per_step",
+    "rollout.max_new_tokens", "rollout.max_turns", "rollout.temperature", "rollout.top_p",
+    "learner.lr", "learner.mini_batches", "learner.micro_batch_size", "learner.clip_low",
+    "learner.clip_high", "learner.advantage_eps", "learner.cpus", "learner.grad_clip",
+    "warmstart.examples", "warmstart.epochs", "warmstart.lr", "warmstart.batch_size",
+    "warmstart.vocab_size", "warmstart.hidden_size", "warmstart.num_layers",
+    "warmstart.num_heads", "env.search_depth",
+)
+_NON_NEGATIVE = (
+    "seed", "learner.warmup_steps", "learner.weight_decay", "learner.checkpoint_every",
+    "env.max_retries", "ray.num_cpus", "env.opponent_epsilon",
+    "warmstart.malformed_fraction", "warmstart.illegal_fraction",
+)
+
+
+def load_config(
+    paths: list[str] | tuple[str, ...] = (),
+    overrides: list[str] | tuple[str, ...] = (),
+    check_paths: bool = True,
+) -> Config:
+    """Merge schema defaults, YAML files and `key=value` overrides; validate; return a Config.
+
+    `check_paths=False` skips checks that need files (e.g. `model.path` before a warm start).
+    Raises ConfigError naming the offending key.
+    """
+    merged = OmegaConf.structured(Config)
+    for path in paths:
+        if not os.path.isfile(path):
+            raise ConfigError("<file>", f"config file not found: {path}")
+        merged = _merge(merged, OmegaConf.load(path), source=path)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(item, "override must look like key=value")
+        key = item.split("=", 1)[0].strip()
+        if OmegaConf.select(merged, key, default=_MISSING) is _MISSING:
+            raise ConfigError(key, "unknown key")
+        merged = _merge(merged, OmegaConf.from_dotlist([item]), source=item)
+    cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    validate(cfg, check_paths=check_paths)
+    return cfg
+
+
+_MISSING = object()
+
+
+def _merge(base: Any, other: Any, source: str) -> Any:
+    try:
+        return OmegaConf.merge(base, other)
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or "<unknown>"
+        reason = str(err).splitlines()[0]
+        raise ConfigError(str(key), f"{reason} (from {source})") from None
+
+
+def _get(cfg: Config, key: str) -> Any:
+    value: Any = cfg
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def validate(cfg: Config, check_paths: bool = True) -> None:
+    """Check every value that a type cannot: choices, ranges and cross-field rules."""
+    for key, choices in _CHOICES.items():
+        if _get(cfg, key) not in choices:
+            raise ConfigError(key, f"must be one of {list(choices)}, got {_get(cfg, key)!r}")
+    for key in _POSITIVE:
+        if not _get(cfg, key) > 0:
+            raise ConfigError(key, f"must be > 0, got {_get(cfg, key)!r}")
+    for key in _NON_NEGATIVE:
+        if not _get(cfg, key) >= 0:
+            raise ConfigError(key, f"must be >= 0, got {_get(cfg, key)!r}")
+    if cfg.rollout.group_size < 2:
+        raise ConfigError("rollout.group_size", "must be >= 2: advantages are group-relative")
+    if cfg.rollout.top_p > 1:
+        raise ConfigError("rollout.top_p", f"must be in (0, 1], got {cfg.rollout.top_p}")
+    for key in ("env.opponent_epsilon", "warmstart.malformed_fraction"):
+        if _get(cfg, key) > 1:
+            raise ConfigError(key, f"must be in [0, 1], got {_get(cfg, key)}")
+    if cfg.warmstart.malformed_fraction + cfg.warmstart.illegal_fraction > 1:
+        raise ConfigError("warmstart.illegal_fraction", "malformed + illegal fractions exceed 1")
+    if cfg.warmstart.hidden_size % cfg.warmstart.num_heads:
+        raise ConfigError("warmstart.num_heads", "must divide warmstart.hidden_size")
+    batch = cfg.rollout.groups_per_step * cfg.rollout.group_size
+    if batch % cfg.learner.mini_batches:
+        raise ConfigError(
+            "learner.mini_batches",
+            f"must divide the batch of {batch} trajectories (groups_per_step * group_size)",
+        )
+    if not cfg.run_name or "/" in cfg.run_name or cfg.run_name.startswith("."):
+        raise ConfigError("run_name", f"must be a plain directory name, got {cfg.run_name!r}")
+    if check_paths and not os.path.isdir(cfg.model.path):
+        raise ConfigError(
+            "model.path",
+            f"no model directory at {cfg.model.path!r} (run `arl warmstart` to build the tiny one)",
+        )
+
+
+def to_dict(cfg: Config) -> dict[str, Any]:
+    """A plain, JSON-ready dict of the config (for run records and wandb)."""
+    return dataclasses.asdict(cfg)

@@ -1,0 +1,182 @@
+"""The multi-turn episode loop: the one place that appends tokens to a trajectory.
+
+A batch of episodes advances turn by turn: every live episode's token ids go to the engine
+together, each sampled turn is parsed as a tool call and handed to its env, and the env's
+reply is appended as tokens. Sampled ids are kept exactly as the engine produced them (never
+re-tokenised); env ids come from rendering only the *new* text of the conversation with the
+chat template. `loss_mask` is set at the moment tokens are appended: 1 for sampled ids,
+0 for everything else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from arl.protocols import Env, RolloutEngine
+from arl.tools import parse_tool_call
+from arl.types import (
+    EnvReset,
+    Message,
+    SamplingParams,
+    ToolCall,
+    ToolCallError,
+    ToolCallErrorKind,
+    Trajectory,
+)
+
+
+@dataclass
+class _Episode:
+    """Mutable state of one running episode (private to this module)."""
+
+    env: Env
+    start: EnvReset
+    group_id: int
+    messages: list[Message]
+    ids: list[int]
+    mask: list[int]
+    logprobs: list[float]
+    reward: float = 0.0
+    turns: int = 0
+    tool_calls: int = 0
+    invalid_calls: int = 0
+    done: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def append(self, ids: Sequence[int], sampled: bool, logprobs: Sequence[float] = ()) -> None:
+        """Append ids; the mask and logprobs are written here and nowhere else."""
+        self.ids.extend(int(i) for i in ids)
+        self.mask.extend([1 if sampled else 0] * len(ids))
+        self.logprobs.extend(logprobs if sampled else [0.0] * len(ids))
+
+
+class ChatRenderer:
+    """Turns conversations into token ids with a tokenizer's chat template.
+
+    `prompt_ids` renders the opening messages; `reply_ids` renders only what the template
+    adds after an assistant turn that ended on the stop token: the env's messages and the
+    next generation prompt. The stop token is the split point, so sampled ids never need
+    re-tokenising.
+    """
+
+    def __init__(self, tokenizer: Any, stop_token: str):
+        self.tokenizer = tokenizer
+        self.stop_token = stop_token
+        self.stop_id = int(tokenizer.convert_tokens_to_ids(stop_token))
+
+    def _render(self, messages: Sequence[Message], tools: Sequence[Any], gen: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            [m.as_dict() for m in messages],
+            tools=[t.as_dict() for t in tools] or None,
+            add_generation_prompt=gen,
+            tokenize=False,
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def prompt_ids(self, start: EnvReset) -> list[int]:
+        return self.encode(self._render(start.messages, start.tools, gen=True))
+
+    def reply_ids(
+        self, history: Sequence[Message], reply: Sequence[Message], tools: Sequence[Any]
+    ) -> list[int]:
+        """Ids that follow the stop token of the last assistant message in `history`."""
+        before = self._render(history, tools, gen=False)
+        after = self._render([*history, *reply], tools, gen=True)
+        cut = before.rfind(self.stop_token)
+        if cut < 0 or not after.startswith(before[: cut + len(self.stop_token)]):
+            raise ValueError("chat template does not extend the conversation by appending")
+        return self.encode(after[cut + len(self.stop_token) :])
+
+
+def parse_turn(text: str, finished: bool, tools: Sequence[Any]) -> ToolCall | ToolCallError:
+    """A turn cut off by max_new_tokens is never a valid call, whatever it contains."""
+    if not finished:
+        return ToolCallError(ToolCallErrorKind.TRUNCATED, "Your reply was cut off.")
+    return parse_tool_call(text, tools)
+
+
+def run_episodes(
+    engine: RolloutEngine,
+    renderer: ChatRenderer,
+    starts: Sequence[tuple[Env, int, int]],
+    params: SamplingParams,
+    max_turns: int,
+    on_turn: Callable[[int], None] | None = None,
+) -> list[Trajectory]:
+    """Play every (env, env_seed, group_id) in `starts` to the end; return trajectories in order.
+
+    Each turn samples with seed `params.seed + turn` so that a batch is reproducible.
+    Episodes end when the env terminates or truncates, or after `max_turns` model turns.
+    """
+    episodes = [_start(env, seed, gid, renderer) for env, seed, gid in starts]
+    for turn in range(max_turns):
+        live = [ep for ep in episodes if not ep.done]
+        if not live:
+            break
+        turn_params = SamplingParams(
+            params.temperature, params.top_p, params.max_new_tokens, params.seed + turn
+        )
+        generations = engine.generate([ep.ids for ep in live], turn_params)
+        for ep, gen in zip(live, generations, strict=True):
+            _advance(ep, gen.token_ids, gen.logprobs, gen.finished, renderer, turn + 1 >= max_turns)
+        if on_turn is not None:
+            on_turn(turn)
+    return [_finish(ep, engine.version) for ep in episodes]
+
+
+def _start(env: Env, seed: int, group_id: int, renderer: ChatRenderer) -> _Episode:
+    start = env.reset(seed)
+    ep = _Episode(env, start, group_id, list(start.messages), [], [], [])
+    ep.append(renderer.prompt_ids(start), sampled=False)
+    return ep
+
+
+def _advance(
+    ep: _Episode,
+    ids: np.ndarray,
+    logprobs: np.ndarray,
+    finished: bool,
+    renderer: ChatRenderer,
+    last_turn: bool,
+) -> None:
+    """Append one sampled turn, let the env answer, and append its reply if the game goes on."""
+    ep.append(ids.tolist(), sampled=True, logprobs=logprobs.tolist())
+    body = ids[:-1] if finished else ids  # the stop id is not part of the text
+    text = renderer.tokenizer.decode(body.tolist(), skip_special_tokens=False)
+    turn = parse_turn(text, finished, ep.start.tools)
+    ep.turns += 1
+    if isinstance(turn, ToolCall):
+        ep.tool_calls += 1
+    else:
+        ep.invalid_calls += 1
+    result = ep.env.step(turn)
+    ep.reward += float(result.reward)
+    ep.info = dict(result.info)
+    ep.done = result.terminated or result.truncated or last_turn
+    if not ep.done:
+        if not finished:  # close the cut-off turn so the template's next turn lines up
+            ep.append([renderer.stop_id], sampled=False)
+        history = [*ep.messages, Message("assistant", text)]
+        ep.append(renderer.reply_ids(history, result.messages, ep.start.tools), sampled=False)
+        ep.messages = [*history, *result.messages]
+
+
+def _finish(ep: _Episode, version: int) -> Trajectory:
+    return Trajectory(
+        token_ids=np.asarray(ep.ids, dtype=np.int32),
+        loss_mask=np.asarray(ep.mask, dtype=np.int8),
+        sampler_logprobs=np.asarray(ep.logprobs, dtype=np.float32),
+        reward=ep.reward,
+        group_id=ep.group_id,
+        policy_version=version,
+        num_turns=ep.turns,
+        num_tool_calls=ep.tool_calls,
+        num_invalid_calls=ep.invalid_calls,
+        info=ep.info,
+    )

@@ -1,0 +1,194 @@
+"""GSPO loss math: pure functions, tensors in, tensors out.
+
+Group Sequence Policy Optimization (Zheng et al., arXiv 2507.18071). For G responses y_i to one
+start state with rewards r_i:
+
+    A_i = (r_i - mean(r)) / (std(r) + eps)                                  group advantage
+    s_i = exp( (1/|y_i|) * sum_t mask_t * [log pi(y_i,t) - log pi_old(y_i,t)] )
+    L   = -(1/N) sum_i min( s_i A_i , clip(s_i, 1-clip_low, 1+clip_high) A_i )
+
+|y_i| counts loss_mask=1 tokens only; N (`num_sequences`) is the GLOBAL number of sequences in
+the optimizer step, so summing the losses (and gradients) of micro-batches or data-parallel
+ranks gives exactly the full-batch loss (and gradient). Log-ratios are computed in fp32 (or
+float64 if the inputs already are). Gradients flow through `logprobs` only: `old_logprobs` and
+`advantages` are detached. A row with no mask tokens contributes 0 to every loss (it still
+counts in N, which the caller chooses).
+
+Clip flags, per sequence, as float32 in [0, 1] (one dtype for all losses, so `diagnostics`
+averages them alike). Both mark exactly where the clipped branch of the min is active and the
+gradient is zero:
+    clipped_low  = ratio < 1 - clip_low  AND A < 0
+    clipped_high = ratio > 1 + clip_high AND A > 0
+For gspo / gspo_token every token shares the sequence ratio s_i, so the flags are exactly 0.0 or
+1.0. For grpo they are the fraction of the sequence's mask tokens whose token ratio is clipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+
+class LossOutput(NamedTuple):
+    loss: Tensor  # [] fp32 scalar; carries the graph to logprobs
+    ratio: Tensor  # [B] detached: s_i (gspo, gspo_token); mean token ratio over mask (grpo)
+    clipped_low: Tensor  # [B] float32 detached, see module docstring
+    clipped_high: Tensor  # [B] float32 detached, see module docstring
+
+
+def group_advantages(rewards: Tensor, eps: float = 1e-6) -> Tensor:
+    """A = (r - mean) / (std + eps) within each group. rewards [N, G] -> [N, G].
+
+    std is the population std (unbiased=False): the group is the whole sample we normalise, and
+    G=1 then gives std 0 instead of NaN. A group whose rewards are all equal gets exact zeros.
+    """
+    r = rewards if rewards.is_floating_point() else rewards.float()  # [N, G]
+    mean = r.mean(dim=-1, keepdim=True)  # [N, 1]
+    std = r.std(dim=-1, unbiased=False, keepdim=True)  # [N, 1]
+    adv = (r - mean) / (std + eps)  # [N, G]
+    all_equal = (r == r[:, :1]).all(dim=-1, keepdim=True)  # [N, 1]; rounding-proof zero test
+    return torch.where(all_equal, torch.zeros_like(adv), adv)
+
+
+def _compute_dtype(x: Tensor) -> torch.dtype:
+    return torch.promote_types(x.dtype, torch.float32)  # fp32, or fp64 if already fp64
+
+
+def _masked_mean(values: Tensor, loss_mask: Tensor) -> Tensor:
+    """Mean of values [B, T] over mask=1 tokens -> [B]; a row without mask tokens gives 0."""
+    mask = loss_mask.to(values.dtype)  # [B, T]
+    count = mask.sum(dim=-1)  # [B]
+    return (values * mask).sum(dim=-1) / count.clamp(min=1.0)
+
+
+def sequence_log_ratio(logprobs: Tensor, old_logprobs: Tensor, loss_mask: Tensor) -> Tensor:
+    """log s_i = (1/|y_i|) sum_t mask * (logprobs - old_logprobs), in fp32. [B, T] x3 -> [B]."""
+    dtype = _compute_dtype(logprobs)
+    diff = logprobs.to(dtype) - old_logprobs.detach().to(dtype)  # [B, T]
+    return _masked_mean(diff, loss_mask)  # [B]
+
+
+def _clipped_surrogate(
+    ratio: Tensor, adv: Tensor, clip_low: float, clip_high: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """min(ratio*A, clip(ratio)*A) and the low/high clip flags; ratio and adv broadcast."""
+    clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    surrogate = torch.minimum(ratio * adv, clipped * adv)
+    low = (ratio.detach() < 1.0 - clip_low) & (adv < 0)
+    high = (ratio.detach() > 1.0 + clip_high) & (adv > 0)
+    return surrogate, low, high
+
+
+def _check(num_sequences: int) -> None:
+    if num_sequences <= 0:
+        raise ValueError(f"num_sequences must be positive, got {num_sequences}")
+
+
+def gspo_loss(
+    logprobs: Tensor,  # [B, T] under the weights being trained
+    old_logprobs: Tensor,  # [B, T] same tokens, weights at the start of the learner step
+    advantages: Tensor,  # [B] one per sequence
+    loss_mask: Tensor,  # [B, T] 1 = token sampled by the policy
+    clip_low: float,
+    clip_high: float,
+    num_sequences: int,  # N: global sequences in the optimizer step
+) -> LossOutput:
+    """GSPO (arXiv 2507.18071): L = -(1/N) sum_i min(s_i A_i, clip(s_i) A_i)."""
+    _check(num_sequences)
+    log_ratio = sequence_log_ratio(logprobs, old_logprobs, loss_mask)  # [B]
+    ratio = torch.exp(log_ratio)  # [B] s_i
+    adv = advantages.detach().to(ratio.dtype)  # [B]
+    surrogate, low, high = _clipped_surrogate(ratio, adv, clip_low, clip_high)  # [B]
+    has_tokens = loss_mask.sum(dim=-1) > 0  # [B]
+    surrogate = torch.where(has_tokens, surrogate, torch.zeros_like(surrogate))
+    loss = -surrogate.sum() / num_sequences
+    return LossOutput(loss, ratio.detach(), low.float(), high.float())
+
+
+def gspo_token_loss(
+    logprobs: Tensor,  # [B, T]
+    old_logprobs: Tensor,  # [B, T]
+    advantages: Tensor,  # [B] broadcast to every token of the sequence
+    loss_mask: Tensor,  # [B, T]
+    clip_low: float,
+    clip_high: float,
+    num_sequences: int,
+) -> LossOutput:
+    """GSPO-token (arXiv 2507.18071): s_i,t = sg[s_i] * pi(y_t) / sg[pi(y_t)].
+
+    L = -(1/N) sum_i (1/|y_i|) sum_t min(s_i,t A_i,t, clip(s_i,t) A_i,t), A_i,t = A_i here.
+    s_i,t has the value of s_i, so with per-sequence advantages the loss value and gradient
+    equal gspo_loss's exactly; the variant exists for per-token advantages later.
+    """
+    _check(num_sequences)
+    dtype = _compute_dtype(logprobs)
+    lp = logprobs.to(dtype)  # [B, T]
+    seq_ratio = torch.exp(sequence_log_ratio(logprobs, old_logprobs, loss_mask)).detach()  # [B]
+    token_ratio = seq_ratio[:, None] * torch.exp(lp - lp.detach())  # [B, T], value = s_i
+    adv = advantages.detach().to(dtype)  # [B]
+    surrogate, _, _ = _clipped_surrogate(token_ratio, adv[:, None], clip_low, clip_high)
+    loss = -_masked_mean(surrogate, loss_mask).sum() / num_sequences
+    _, low, high = _clipped_surrogate(seq_ratio, adv, clip_low, clip_high)  # [B] flags
+    return LossOutput(loss, seq_ratio, low.float(), high.float())
+
+
+def grpo_loss(
+    logprobs: Tensor,  # [B, T]
+    old_logprobs: Tensor,  # [B, T]
+    advantages: Tensor,  # [B]
+    loss_mask: Tensor,  # [B, T]
+    clip_low: float,
+    clip_high: float,
+    num_sequences: int,
+) -> LossOutput:
+    """Token-level GRPO / PPO-clip, for comparison runs (arXiv 2402.03300).
+
+    r_t = exp(logprob_t - old_t); L = -(1/N) sum_i (1/|y_i|) sum_t min(r_t A_i, clip(r_t) A_i).
+    Token ratios drift far more than GSPO's sequence mean, so pass PPO-sized clips (e.g. 0.2),
+    not GSPO's 3e-4 / 4e-4. ratio = mean token ratio over mask tokens (1 for an empty row);
+    clipped_low / clipped_high = fraction of the sequence's mask tokens that are clipped.
+    """
+    _check(num_sequences)
+    dtype = _compute_dtype(logprobs)
+    token_ratio = torch.exp(logprobs.to(dtype) - old_logprobs.detach().to(dtype))  # [B, T]
+    adv = advantages.detach().to(dtype)  # [B]
+    surrogate, low, high = _clipped_surrogate(token_ratio, adv[:, None], clip_low, clip_high)
+    loss = -_masked_mean(surrogate, loss_mask).sum() / num_sequences
+    has_tokens = loss_mask.sum(dim=-1) > 0  # [B]
+    mean_ratio = _masked_mean(token_ratio.detach(), loss_mask)  # [B]
+    ratio = torch.where(has_tokens, mean_ratio, torch.ones_like(mean_ratio))
+    low_frac = _masked_mean(low.to(dtype), loss_mask).float()  # [B]
+    high_frac = _masked_mean(high.to(dtype), loss_mask).float()  # [B]
+    return LossOutput(loss, ratio, low_frac, high_frac)
+
+
+def diagnostics(outputs: Sequence[LossOutput]) -> dict[str, float]:
+    """Aggregate the per-sequence fields of all micro-batches of a step into `gspo/...` metrics.
+
+    Every sequence weighs the same; clip fractions are fractions of sequences (for grpo, the
+    sequence-weighted mean of per-sequence token clip fractions).
+    """
+    if not outputs:
+        raise ValueError("diagnostics needs at least one LossOutput")
+    ratio = torch.cat([o.ratio.reshape(-1).double() for o in outputs])  # [sum B]
+    low = torch.cat([o.clipped_low.reshape(-1).double() for o in outputs])  # [sum B]
+    high = torch.cat([o.clipped_high.reshape(-1).double() for o in outputs])  # [sum B]
+    return {
+        "gspo/ratio_mean": ratio.mean().item(),
+        "gspo/ratio_min": ratio.min().item(),
+        "gspo/ratio_max": ratio.max().item(),
+        "gspo/clip_fraction_low": low.mean().item(),
+        "gspo/clip_fraction_high": high.mean().item(),
+    }
+
+
+LossFn = Callable[[Tensor, Tensor, Tensor, Tensor, float, float, int], LossOutput]
+
+LOSSES: dict[str, LossFn] = {
+    "gspo": gspo_loss,
+    "gspo_token": gspo_token_loss,
+    "grpo": grpo_loss,
+}

@@ -1,0 +1,114 @@
+"""Per-step metrics: what the rollouts say, and where metrics go (jsonl, wandb, terminal).
+
+Metric names are namespaced (rollout/, gspo/, learner/, timing/, perf/); DESIGN.md §3.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from arl.types import EpisodeSummary
+
+
+def rollout_metrics(summaries: Sequence[EpisodeSummary], group_size: int) -> dict[str, float]:
+    """The seed's signals for one batch of episodes (groups are consecutive, `group_size` each)."""
+    rewards = np.array([s.reward for s in summaries], dtype=np.float64)
+    turns = sum(s.num_turns for s in summaries)
+    metrics = {
+        "rollout/reward_mean": float(rewards.mean()),
+        "rollout/reward_std": float(rewards.std()),
+        "rollout/response_len": float(np.mean([s.response_len for s in summaries])),
+        "rollout/turns_per_episode": turns / len(summaries),
+        "rollout/tool_calls_per_episode": float(np.mean([s.num_tool_calls for s in summaries])),
+        "rollout/invalid_tool_call_rate": sum(s.num_invalid_calls for s in summaries)
+        / max(turns, 1),
+        "rollout/action_entropy": action_entropy(summaries),
+        "rollout/zero_variance_groups": float(
+            np.mean(rewards.reshape(-1, group_size).std(axis=1) == 0)
+        ),
+    }
+    outcomes = Counter(str(s.info["outcome"]) for s in summaries if "outcome" in s.info)
+    for outcome, count in sorted(outcomes.items()):
+        metrics[f"rollout/outcome_{outcome}"] = count / len(summaries)
+    return metrics
+
+
+def chosen_squares(summary: EpisodeSummary) -> list[int]:
+    """Every square/column the agent chose in an episode, as the env reported it."""
+    if "squares" in summary.info:
+        return [int(x) for x in summary.info["squares"] if x is not None]
+    if summary.info.get("square") is None:
+        return []
+    return [int(summary.info["square"])]
+
+
+def action_entropy(summaries: Sequence[EpisodeSummary]) -> float:
+    """Entropy (nats) of the distribution of chosen actions over the batch; 0 if none."""
+    counts = Counter(sq for s in summaries for sq in chosen_squares(s))
+    total = sum(counts.values())
+    if total == 0:
+        return 0.0
+    return float(-sum(c / total * math.log(c / total) for c in counts.values()))
+
+
+class JsonlLogger:
+    """Appends one JSON object per step to `path` and flushes it, so a crash loses nothing."""
+
+    def __init__(self, path: str):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        row = {"step": step, **{k: _finite_or_none(v) for k, v in sorted(metrics.items())}}
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _finite_or_none(value: float) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+class WandbLogger:
+    """wandb in online, offline or disabled mode; it never prompts for a key."""
+
+    def __init__(self, mode: str, project: str, entity: str, name: str, run_dir: str,
+                 config: dict[str, Any]):
+        import wandb  # heavy import at the edge
+
+        if mode == "online" and not os.environ.get("WANDB_API_KEY") and not _netrc_has_wandb():
+            raise RuntimeError("wandb.mode=online needs WANDB_API_KEY (or `wandb login`)")
+        self._run = wandb.init(
+            mode=mode,
+            project=project,
+            entity=entity or None,
+            name=name,
+            dir=run_dir,
+            config=config,
+            settings=wandb.Settings(silent=True, console="off"),
+        )
+
+    @property
+    def run_dir(self) -> str:
+        return str(self._run.dir)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self._run.log(metrics, step=step)
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+def _netrc_has_wandb() -> bool:
+    path = os.path.expanduser("~/.netrc")
+    return os.path.isfile(path) and "api.wandb.ai" in open(path, encoding="utf-8").read()

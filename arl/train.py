@@ -1,0 +1,81 @@
+"""The driver: the composition root of a training run.
+
+Sync mode, as in the GSPO paper: collect groups with weights v -> group advantages ->
+learner step -> push weights v+1 -> log. Everything heavy lives behind `actors/`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from arl.config import Config
+from arl.gspo import group_advantages
+from arl.metrics import rollout_metrics
+from arl.run import Run
+
+
+@dataclass(frozen=True)
+class StartStates:
+    """The groups of one step: env seeds, their group ids, and which worker plays which."""
+
+    env_seeds: list[int]
+    group_ids: list[int]
+
+
+def start_states(cfg: Config, step: int) -> StartStates:
+    """Distinct, reproducible start states for every group of every step."""
+    n = cfg.rollout.groups_per_step
+    ids = [step * n + g for g in range(n)]
+    seeds = np.random.SeedSequence([cfg.seed, step]).generate_state(n, dtype=np.uint32)
+    return StartStates([int(s) for s in seeds], ids)
+
+
+def shard(values: list[int], parts: int) -> list[list[int]]:
+    """Split `values` into `parts` contiguous chunks of near-equal size."""
+    bounds = np.linspace(0, len(values), parts + 1).round().astype(int)
+    return [values[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def train(cfg: Config, use_ray: bool = True) -> dict[str, float]:
+    """Run `cfg.steps` GSPO steps; return the last step's metrics."""
+    from actors.loop import Cluster  # heavy (ray, torch models): imported when training starts
+
+    with Run(cfg) as run, Cluster(cfg, use_ray=use_ray) as cluster:
+        cluster.push_weights(version=0)
+        metrics: dict[str, float] = {}
+        for step in range(cfg.steps):
+            t0 = time.perf_counter()
+            states = start_states(cfg, step)
+            batch = cluster.collect(states.env_seeds, states.group_ids, seed=cfg.seed + step)
+            t1 = time.perf_counter()
+            rewards = torch.tensor([s.reward for s in batch.summaries], dtype=torch.float32)
+            advantages = group_advantages(
+                rewards.view(-1, cfg.rollout.group_size), cfg.learner.advantage_eps
+            ).flatten()
+            learner_metrics = cluster.learner_step(batch, advantages.numpy())
+            t2 = time.perf_counter()
+            cluster.push_weights(version=step + 1)
+            t3 = time.perf_counter()
+            if cfg.learner.checkpoint_every and (step + 1) % cfg.learner.checkpoint_every == 0:
+                cluster.save_checkpoint(run.checkpoint_dir(step + 1), step + 1)
+            total = time.perf_counter() - t0
+            metrics = {
+                **rollout_metrics(batch.summaries, cfg.rollout.group_size),
+                **learner_metrics,
+                "timing/generate": t1 - t0,
+                "timing/train": t2 - t1,
+                "timing/weight_sync": t3 - t2,
+                "timing/other": total - (t3 - t0),
+                "timing/step": total,
+                "perf/rollout_tokens_per_s": batch.sampled_tokens / max(t1 - t0, 1e-9),
+                "perf/train_tokens_per_s": learner_metrics["perf/train_tokens"]
+                / max(t2 - t1, 1e-9),
+            }
+            run.log(step, metrics)
+        if not run.has_checkpoint(cfg.steps):
+            cluster.save_checkpoint(run.checkpoint_dir(cfg.steps), cfg.steps)
+    return metrics

@@ -1,0 +1,189 @@
+"""Typed records that cross module and process boundaries, and the glossary they use.
+
+Glossary (one name per concept in code, config and metrics; see DESIGN.md §3):
+  group_size        trajectories per start state (G)
+  advantages        group-normalised rewards, one per trajectory
+  logprobs          per-token log-prob under the weights being trained, [B, T]
+  old_logprobs      the same tokens under the weights at the start of a learner step
+  sampler_logprobs  what the rollout engine reported while sampling
+  loss_mask         1 = token sampled by the policy; 0 = prompt, tool result, opponent, padding
+  policy_version    the learner step whose weights produced a trajectory
+  clip_low/high     GSPO's epsilon (paper: 3e-4 / 4e-4)
+  max_staleness     the largest allowed learner_version - policy_version
+
+Records are frozen dataclasses. Dicts appear only for JSON-shaped payloads (tool arguments,
+JSON schemas) and for metrics.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message. `role` is system | user | assistant | tool."""
+
+    role: str
+    content: str
+
+    def as_dict(self) -> dict[str, str]:
+        """The shape chat templates expect."""
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(frozen=True)
+class ToolSchema:
+    """A tool the model may call. `parameters` is a JSON-schema object with `properties`,
+    `required` and (implicitly) no additional properties."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        """OpenAI/Hermes function format, as chat templates render it."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call that parsed and validated against its schema."""
+
+    name: str
+    arguments: dict[str, Any]
+
+
+class ToolCallErrorKind(str, enum.Enum):
+    """Why a model turn did not yield a valid tool call."""
+
+    MISSING = "missing"  # no <tool_call> block at all
+    TRUNCATED = "truncated"  # cut off by max_new_tokens before the turn ended
+    MALFORMED = "malformed"  # tags unbalanced, or the body is not strict JSON
+    TOO_LARGE = "too_large"  # body longer or nested deeper than the caps
+    MULTIPLE = "multiple"  # more than one call in one turn
+    TRAILING_TEXT = "trailing_text"  # text after the call: a turn ends at the call
+    UNKNOWN_TOOL = "unknown_tool"
+    INVALID_ARGUMENTS = "invalid_arguments"  # wrong keys, types or values for the schema
+
+
+@dataclass(frozen=True)
+class ToolCallError:
+    """A turn that did not yield a valid tool call; envs turn it into an observation."""
+
+    kind: ToolCallErrorKind
+    message: str
+
+
+ParsedTurn = ToolCall | ToolCallError
+
+
+@dataclass(frozen=True)
+class EnvReset:
+    """What an episode starts with: the opening messages and the tools on offer."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSchema, ...]
+
+
+@dataclass(frozen=True)
+class EnvStep:
+    """The env's answer to one turn.
+
+    `messages` are appended to the conversation (tool results, opponent replies); they are
+    never trained on. `info` carries per-episode facts for metrics (e.g. outcome, square).
+    """
+
+    messages: tuple[Message, ...]
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One episode, token-exact.
+
+    token_ids         [T] int32: prompt ids, then sampled and env ids in the order they occurred
+    loss_mask         [T] int8: 1 only where the rollout engine sampled the token
+    sampler_logprobs  [T] float32: sampler's log-prob where loss_mask == 1, else 0
+    """
+
+    token_ids: np.ndarray
+    loss_mask: np.ndarray
+    sampler_logprobs: np.ndarray
+    reward: float
+    group_id: int
+    policy_version: int
+    num_turns: int
+    num_tool_calls: int
+    num_invalid_calls: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def response_len(self) -> int:
+        """Tokens the policy sampled in this episode."""
+        return int(self.loss_mask.sum())
+
+    def summary(self) -> EpisodeSummary:
+        """The array-free facts the driver needs for advantages and metrics."""
+        return EpisodeSummary(
+            reward=self.reward,
+            group_id=self.group_id,
+            policy_version=self.policy_version,
+            response_len=self.response_len,
+            num_turns=self.num_turns,
+            num_tool_calls=self.num_tool_calls,
+            num_invalid_calls=self.num_invalid_calls,
+            info=self.info,
+        )
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    """A trajectory without its arrays: small enough to fetch to the driver every step."""
+
+    reward: float
+    group_id: int
+    policy_version: int
+    response_len: int
+    num_turns: int
+    num_tool_calls: int
+    num_invalid_calls: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How a rollout engine samples one turn. `seed` makes a generate call reproducible."""
+
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One sampled turn.
+
+    token_ids  [n] int32: the sampled ids, including the stop id when `finished`
+    logprobs   [n] float32: sampler log-probs of those ids under softmax(logits / temperature)
+    finished   True if the turn ended on a stop id; False if cut off by max_new_tokens
+    """
+
+    token_ids: np.ndarray
+    logprobs: np.ndarray
+    finished: bool

@@ -1,0 +1,131 @@
+"""Synthetic transcripts for the supervised warm start, and a text corpus for the tokenizer.
+
+The warm start must teach the chat and tool-call format but no strategy, and leave enough
+mistakes that RL has something to fix: on the tictactoe_move table a random legal move
+averages about +0.47, so a start near -0.5 needs about two thirds of its calls invalid or
+illegal (DESIGN.md section 6). Hence three kinds of target:
+  legal      a well-formed call on a uniformly random empty square (not minimax)
+  illegal    a well-formed call on a uniformly random occupied square
+  malformed  a realistic mistake that does not parse to a valid call
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+
+from arl.config import EnvConfig
+from arl.protocols import Env
+from arl.tools import format_tool_call
+from arl.types import EnvReset, ParsedTurn, ToolCall, ToolCallError, ToolCallErrorKind
+from envs import make_env
+from envs import tictactoe_rules as rules
+from envs.tictactoe_move import TicTacToeMoveEnv
+
+KINDS = ("legal", "illegal", "malformed")
+
+
+@dataclass(frozen=True)
+class Demo:
+    """One warm-start example: the episode's opening, the assistant's text, and its kind."""
+
+    reset: EnvReset
+    target: str
+    kind: str  # one of KINDS
+
+
+def warmstart_examples(cfg: EnvConfig, n: int, seed: int, malformed_fraction: float,
+                       illegal_fraction: float) -> list[Demo]:
+    """`n` tictactoe_move demos, deterministic in `seed`.
+
+    Exactly round(n * malformed_fraction) malformed and round(n * illegal_fraction) illegal
+    targets, the rest legal, in shuffled order. Boards come from the env's own seeds; an
+    illegal example redraws until its board has an occupied square.
+    """
+    if cfg.name != "tictactoe_move":
+        raise ValueError(f"warm-start demos exist for tictactoe_move only, not {cfg.name!r}")
+    n_malformed, n_illegal = round(n * malformed_fraction), round(n * illegal_fraction)
+    if not (0 <= n_malformed and 0 <= n_illegal and n_malformed + n_illegal <= n):
+        raise ValueError("fractions must be >= 0 and sum to at most 1")
+    rng = random.Random(seed)
+    kinds = ["malformed"] * n_malformed + ["illegal"] * n_illegal
+    kinds += ["legal"] * (n - len(kinds))
+    rng.shuffle(kinds)
+    env = TicTacToeMoveEnv(cfg)
+    demos = []
+    for kind in kinds:
+        reset = env.reset(rng.randrange(2**31))
+        while kind == "illegal" and not rules.occupied_squares(env.board):
+            reset = env.reset(rng.randrange(2**31))
+        demos.append(Demo(reset, _target(kind, env.board, rng), kind))
+    return demos
+
+
+def _call(square: object, arg: str = "square") -> str:
+    return format_tool_call(ToolCall("choose_square", {arg: square}))
+
+
+def _target(kind: str, board: rules.Board, rng: random.Random) -> str:
+    if kind == "legal":
+        return _call(rng.choice(rules.legal_moves(board)))
+    if kind == "illegal":
+        return _call(rng.choice(rules.occupied_squares(board)))
+    return malformed_call(rng.choice(rules.legal_moves(board)), rng)
+
+
+def malformed_call(square: int, rng: random.Random) -> str:
+    """A realistic mistake around `square`: one family picked uniformly, then one variant."""
+    good = _call(square)
+    body = good.removeprefix("<tool_call>").removesuffix("</tool_call>")
+    families = (
+        lambda: rng.choice((f"<tool_call>{body}", f"<tool_call>{body}<tool_call>")),  # no close
+        lambda: rng.choice((  # broken JSON
+            good.replace("}}", "}"),
+            good.replace('"', "'"),
+            good.replace(f"{square}}}", f"{square},}}"),
+        )),
+        lambda: _call(square, rng.choice(("position", "cell", "move"))),  # wrong argument name
+        lambda: _call(str(square)),  # square as a string
+        lambda: _call(rng.choice((0, 10))),  # out of range
+        lambda: rng.choice((  # plain text, no call
+            f"I choose square {square}.", f"Square {square}.", f"My move: {square}",
+        )),
+    )
+    return rng.choice(families)()
+
+
+def corpus_texts(episodes: int = 60, seed: int = 0) -> list[str]:
+    """Representative strings of all three envs for training a small tokenizer: system and
+    user prompts, boards, tool schemas as JSON, well-formed and malformed calls, env replies
+    (moves, errors, retries, endings). Episodes are played by a random player against random
+    opponents; repeats are kept so frequencies stay representative."""
+    rng = random.Random(seed)
+    texts = [d.target for d in warmstart_examples(EnvConfig(), episodes, seed, 0.5, 0.2)]
+    for name in ("tictactoe_move", "tictactoe", "connect_four"):
+        for i in range(episodes):
+            action = ("end", "retry")[i % 2]
+            cfg = EnvConfig(name=name, opponent="random", invalid_action=action)
+            env = make_env(cfg)
+            reset = env.reset(rng.randrange(2**31))
+            texts += [m.content for m in reset.messages]
+            texts += [json.dumps(t.as_dict()) for t in reset.tools]
+            texts += _random_play(env, reset.tools[0].name, rng)
+    return texts
+
+
+def _random_play(env: Env, tool: str, rng: random.Random) -> list[str]:
+    """Calls and replies of one random-player episode (a few turns are deliberate errors)."""
+    arg, top = ("column", 7) if tool == "drop_piece" else ("square", 9)
+    texts = []
+    for _ in range(100):
+        if rng.random() < 0.15:
+            turn: ParsedTurn = ToolCallError(rng.choice(list(ToolCallErrorKind)), "not a call")
+        else:
+            turn = ToolCall(tool, {arg: rng.randint(1, top)})
+            texts.append(format_tool_call(turn))
+        step = env.step(turn)
+        texts += [m.content for m in step.messages]
+        if step.terminated or step.truncated:
+            break
+    return texts

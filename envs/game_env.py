@@ -1,0 +1,185 @@
+"""The full-game env shared by tic-tac-toe and connect four, and the turn reader every env uses.
+
+A game is described by a `GameSpec` (its rules as plain functions plus a few words), so the
+episode logic (opponent replies, invalid calls, retries, rewards) exists once. X always moves
+first; the seed picks the agent's mark, so the opponent opens when the agent plays O.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from arl.config import EnvConfig
+from arl.types import (
+    EnvReset,
+    EnvStep,
+    Message,
+    ParsedTurn,
+    ToolCallError,
+    ToolCallErrorKind,
+    ToolSchema,
+)
+from envs.opponents import Opponent
+
+Board = tuple[str, ...]
+
+
+def move_tool(name: str, arg: str, maximum: int, description: str, arg_help: str) -> ToolSchema:
+    """A tool with one required integer argument in 1..maximum and nothing else."""
+    prop = {"type": "integer", "minimum": 1, "maximum": maximum, "description": arg_help}
+    return ToolSchema(
+        name=name,
+        description=description,
+        parameters={
+            "type": "object",
+            "properties": {arg: prop},
+            "required": [arg],
+            "additionalProperties": False,
+        },
+    )
+
+
+def read_move(turn: ParsedTurn, tool: ToolSchema, arg: str, maximum: int) -> int | ToolCallError:
+    """The move a turn names, or why it names none.
+
+    Envs re-check the call against their own schema because a ToolCall may come from anywhere
+    (tests, other parsers): a wrong tool name gives UNKNOWN_TOOL; anything but exactly
+    `{arg: int in 1..maximum}` gives INVALID_ARGUMENTS. Whether the move is legal on the
+    board is the env's business, not this function's.
+    """
+    if isinstance(turn, ToolCallError):
+        return turn
+    if turn.name != tool.name:
+        return ToolCallError(ToolCallErrorKind.UNKNOWN_TOOL, f"unknown tool {turn.name!r}")
+    args = turn.arguments if isinstance(turn.arguments, dict) else {}
+    value = args.get(arg)
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if set(args) != {arg} or not is_int or not 1 <= value <= maximum:
+        return ToolCallError(
+            ToolCallErrorKind.INVALID_ARGUMENTS,
+            f"{tool.name} takes one argument, {arg}: an integer from 1 to {maximum}",
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class GameSpec:
+    """A two-player board game as the full-game env sees it. Moves are integers 1..num_moves."""
+
+    title: str  # "tic-tac-toe"
+    tool: ToolSchema
+    arg: str  # the tool's argument and the word for a move: "square", "column"
+    num_moves: int
+    taken: str  # why a legal-range move is refused: "is taken", "is full"
+    initial: Board
+    legal_moves: Callable[[Board], tuple[int, ...]]
+    play: Callable[[Board, int, str], Board]
+    winner: Callable[[Board], str | None]
+    render: Callable[[Board], str]
+
+
+class GameEnv:
+    """A full game against an opponent; implements `arl.protocols.Env`.
+
+    Rewards come at the end only (every earlier step gives 0): cfg.reward_win / reward_draw /
+    reward_loss, or cfg.reward_invalid when an invalid turn ends the game. An invalid turn is
+    a ToolCallError, a call that `read_move` refuses, or an illegal move. With
+    invalid_action="end" it ends the game; with "retry" the agent may retry that turn
+    `max_retries` times, and the next invalid turn ends the game.
+
+    `info` on every step: `invalid` (this turn) and, if so, `error_kind`; on the final step
+    also `outcome` (win | draw | loss | invalid), `invalid_calls` and `<arg>s` (the agent's
+    moves, e.g. `squares`).
+    """
+
+    def __init__(self, spec: GameSpec, opponent: Opponent, cfg: EnvConfig):
+        self.spec = spec
+        self._opponent = opponent
+        self._cfg = cfg
+        self._done: bool | None = None  # None: never reset
+        self.board: Board = spec.initial
+        self.agent = "X"
+
+    def reset(self, seed: int) -> EnvReset:
+        self._rng = random.Random(seed)
+        self.agent = self._rng.choice(("X", "O"))
+        self.board = self.spec.initial
+        self._moves: list[int] = []
+        self._invalid_calls = 0
+        self._retries_left = self._cfg.max_retries
+        self._done = False
+        opening = ""
+        if self.agent == "O":
+            opening = f"Opponent played {self.spec.arg} {self._opponent_move()}.\n"
+        system = (
+            f"You play {self.spec.title} as {self.agent} against an opponent. "
+            f"Reply with one {self.spec.tool.name} tool call per turn."
+        )
+        user = f"{opening}{self.spec.render(self.board)}\nYou are {self.agent}. Your move."
+        return EnvReset(
+            messages=(Message("system", system), Message("user", user)),
+            tools=(self.spec.tool,),
+        )
+
+    def step(self, turn: ParsedTurn) -> EnvStep:
+        if self._done is None:
+            raise RuntimeError("step() before reset()")
+        if self._done:
+            raise RuntimeError("step() after the episode ended; call reset()")
+        move = read_move(turn, self.spec.tool, self.spec.arg, self.spec.num_moves)
+        if isinstance(move, ToolCallError):
+            reason = f"Invalid tool call ({move.kind.value}): {move.message}."
+            return self._invalid(reason, move.kind.value)
+        if move not in self.spec.legal_moves(self.board):
+            return self._invalid(f"Illegal move: {self.spec.arg} {move} {self.spec.taken}.",
+                                 "illegal_move")
+        return self._play(move)
+
+    def _play(self, move: int) -> EnvStep:
+        spec = self.spec
+        self.board = spec.play(self.board, move, self.agent)
+        self._moves.append(move)
+        self._retries_left = self._cfg.max_retries  # retries are per turn
+        text = f"You played {spec.arg} {move}."
+        if spec.winner(self.board) == self.agent:
+            return self._finish(text, "win", self._cfg.reward_win)
+        if not spec.legal_moves(self.board):
+            return self._finish(text, "draw", self._cfg.reward_draw)
+        text += f" Opponent played {spec.arg} {self._opponent_move()}."
+        if spec.winner(self.board) is not None:
+            return self._finish(text, "loss", self._cfg.reward_loss)
+        if not spec.legal_moves(self.board):
+            return self._finish(text, "draw", self._cfg.reward_draw)
+        reply = f"{text}\n{spec.render(self.board)}\nYour move."
+        return EnvStep((Message("tool", reply),), 0.0, False, False, {"invalid": False})
+
+    def _opponent_move(self) -> int:
+        opponent_mark = "O" if self.agent == "X" else "X"
+        move = self._opponent.choose(self.board, opponent_mark, self._rng)
+        if move not in self.spec.legal_moves(self.board):
+            raise RuntimeError(f"opponent {self._opponent!r} chose illegal move {move!r}")
+        self.board = self.spec.play(self.board, move, opponent_mark)
+        return move
+
+    def _invalid(self, reason: str, error_kind: str) -> EnvStep:
+        self._invalid_calls += 1
+        info = {"invalid": True, "error_kind": error_kind}
+        if self._cfg.invalid_action == "retry" and self._retries_left > 0:
+            self._retries_left -= 1
+            left = self._retries_left
+            text = f"{reason} Try again ({left} {'retry' if left == 1 else 'retries'} left)."
+            return EnvStep((Message("tool", text),), 0.0, False, False, info)
+        return self._finish(f"{reason} Game over.", "invalid", self._cfg.reward_invalid, info)
+
+    def _finish(self, text: str, outcome: str, reward: float,
+                info: dict | None = None) -> EnvStep:
+        self._done = True
+        words = {"win": "You win.", "draw": "Draw.", "loss": "You lose."}
+        if outcome != "invalid":
+            text = f"{text}\n{self.spec.render(self.board)}\n{words[outcome]}"
+        final = dict(info or {"invalid": False})
+        final.update(outcome=outcome, invalid_calls=self._invalid_calls)
+        final[f"{self.spec.arg}s"] = list(self._moves)
+        return EnvStep((Message("tool", text),), float(reward), True, False, final)

@@ -1,0 +1,38 @@
+"""Tic-tac-toe, a full game against an opponent (see `envs.game_env.GameEnv` for the contract).
+
+The tool is `choose_square(square: 1-9)`; squares are numbered row by row, and the rendered
+board shows each empty square's number.
+"""
+
+from __future__ import annotations
+
+from arl.config import EnvConfig
+from envs import tictactoe_rules as rules
+from envs.game_env import GameEnv, GameSpec, move_tool
+from envs.opponents import Opponent, make_opponent
+
+CHOOSE_SQUARE = move_tool(
+    name="choose_square",
+    arg="square",
+    maximum=9,
+    description="Put your mark on an empty square of the tic-tac-toe board.",
+    arg_help="Square number 1-9, row by row from the top left.",
+)
+
+SPEC = GameSpec(
+    title="tic-tac-toe",
+    tool=CHOOSE_SQUARE,
+    arg="square",
+    num_moves=9,
+    taken="is taken",
+    initial=rules.EMPTY_BOARD,
+    legal_moves=rules.legal_moves,
+    play=rules.play,
+    winner=rules.winner,
+    render=rules.render,
+)
+
+
+def make_tictactoe(cfg: EnvConfig, opponent: Opponent | None = None) -> GameEnv:
+    """A tic-tac-toe env; `opponent` overrides the one `cfg.opponent` names."""
+    return GameEnv(SPEC, opponent or make_opponent(cfg, "tictactoe"), cfg)

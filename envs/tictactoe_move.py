@@ -1,0 +1,100 @@
+"""The seed task: one tic-tac-toe move per episode, scored against perfect play.
+
+Board distribution (`opening_board`): from the empty board, play k uniformly random moves with
+k uniform in 0..7 (X first), and draw again while the result is won or full. The agent is
+whoever is to move, so it plays X on even k and O on odd k. On this table a uniformly random
+legal move earns about +0.47 on average with the default rewards.
+
+Scoring of the single turn (then the episode terminates):
+  invalid_call  cfg.reward_invalid  a ToolCallError, another tool, bad or out-of-range arguments
+  illegal_move  cfg.reward_invalid  a square that is already taken
+  win           cfg.reward_win      a move that wins at once
+  best          cfg.reward_best     a minimax-best (value-optimal) move that does not win at once
+  legal         cfg.reward_legal    any other empty square
+"""
+
+from __future__ import annotations
+
+import random
+
+from arl.config import EnvConfig
+from arl.types import EnvReset, EnvStep, Message, ParsedTurn, ToolCallError
+from envs import tictactoe_rules as rules
+from envs.game_env import read_move
+from envs.tictactoe import CHOOSE_SQUARE
+
+MAX_OPENING_MOVES = 7
+
+
+def opening_board(seed: int) -> rules.Board:
+    """The episode's board for `seed` (see the module docstring for the distribution)."""
+    rng = random.Random(seed)
+    while True:
+        board = rules.EMPTY_BOARD
+        for _ in range(rng.randint(0, MAX_OPENING_MOVES)):
+            if rules.is_terminal(board):
+                break
+            board = rules.play(board, rng.choice(rules.legal_moves(board)), rules.to_move(board))
+        if not rules.is_terminal(board):
+            return board
+
+
+class TicTacToeMoveEnv:
+    """One scored move on a random mid-game board; implements `arl.protocols.Env`.
+
+    `info` of the step: `outcome` (invalid_call | illegal_move | legal | best | win),
+    `square` (the square named, None for an invalid call), `invalid` (bool), and for an
+    invalid call `error_kind` (a ToolCallErrorKind value).
+    """
+
+    def __init__(self, cfg: EnvConfig):
+        self._cfg = cfg
+        self._done: bool | None = None  # None: never reset
+        self.board: rules.Board = rules.EMPTY_BOARD
+        self.agent = "X"
+
+    def reset(self, seed: int) -> EnvReset:
+        self.board = opening_board(seed)
+        self.agent = rules.to_move(self.board)
+        self._done = False
+        system = (
+            f"You play tic-tac-toe as {self.agent}. "
+            f"Reply with one {CHOOSE_SQUARE.name} tool call."
+        )
+        user = f"{rules.render(self.board)}\nYou are {self.agent}. Your move."
+        return EnvReset(
+            messages=(Message("system", system), Message("user", user)),
+            tools=(CHOOSE_SQUARE,),
+        )
+
+    def step(self, turn: ParsedTurn) -> EnvStep:
+        if self._done is None:
+            raise RuntimeError("step() before reset()")
+        if self._done:
+            raise RuntimeError("step() after the episode ended; call reset()")
+        self._done = True
+        outcome, square, text, extra = self._score(turn)
+        reward = {
+            "invalid_call": self._cfg.reward_invalid,
+            "illegal_move": self._cfg.reward_invalid,
+            "legal": self._cfg.reward_legal,
+            "best": self._cfg.reward_best,
+            "win": self._cfg.reward_win,
+        }[outcome]
+        info = {"outcome": outcome, "square": square,
+                "invalid": outcome in ("invalid_call", "illegal_move"), **extra}
+        return EnvStep((Message("tool", text),), float(reward), True, False, info)
+
+    def _score(self, turn: ParsedTurn) -> tuple[str, int | None, str, dict[str, str]]:
+        """(outcome, square, reply text, extra info) of the turn on the current board."""
+        move = read_move(turn, CHOOSE_SQUARE, "square", 9)
+        if isinstance(move, ToolCallError):
+            text = f"Invalid tool call ({move.kind.value}): {move.message}."
+            return "invalid_call", None, text, {"error_kind": move.kind.value}
+        if move not in rules.legal_moves(self.board):
+            return "illegal_move", move, f"Illegal move: square {move} is taken.", {}
+        if move in rules.winning_moves(self.board, self.agent):
+            return "win", move, f"You played square {move}: a winning move.", {}
+        if move in rules.best_moves(self.board, self.agent):
+            return "best", move, f"You played square {move}: a best move.", {}
+        return "legal", move, f"You played square {move}: legal, but not the best.", {}

@@ -1,0 +1,112 @@
+"""Pure tic-tac-toe rules: no I/O, no randomness, no state.
+
+A board is a tuple of 9 cells, row by row; a cell is "X", "O" or EMPTY. Squares are numbered
+1-9 row by row everywhere outside this module's internals (text, tool arguments, opponents), so
+`board[square - 1]` is the cell of `square`. X moves first on the boards the envs build, but the
+search functions take the player to move explicitly and never assume it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+EMPTY = "."
+MARKS = ("X", "O")
+Board = tuple[str, ...]
+
+EMPTY_BOARD: Board = (EMPTY,) * 9
+LINES = (
+    (0, 1, 2), (3, 4, 5), (6, 7, 8),  # rows
+    (0, 3, 6), (1, 4, 7), (2, 5, 8),  # columns
+    (0, 4, 8), (2, 4, 6),  # diagonals
+)
+
+
+def other(mark: str) -> str:
+    """The opponent's mark."""
+    return "O" if mark == "X" else "X"
+
+
+def to_move(board: Board) -> str:
+    """The mark to move under the standard rule that X moves first."""
+    filled = sum(cell != EMPTY for cell in board)
+    return "X" if filled % 2 == 0 else "O"
+
+
+def winner(board: Board) -> str | None:
+    """The mark with three in a line, or None."""
+    for a, b, c in LINES:
+        if board[a] != EMPTY and board[a] == board[b] == board[c]:
+            return board[a]
+    return None
+
+
+def is_full(board: Board) -> bool:
+    return EMPTY not in board
+
+
+def is_terminal(board: Board) -> bool:
+    """Won or full: no move may follow."""
+    return winner(board) is not None or is_full(board)
+
+
+def legal_moves(board: Board) -> tuple[int, ...]:
+    """Empty squares (1-9), ascending; empty when the game is over."""
+    if winner(board) is not None:
+        return ()
+    return tuple(i + 1 for i, cell in enumerate(board) if cell == EMPTY)
+
+
+def occupied_squares(board: Board) -> tuple[int, ...]:
+    return tuple(i + 1 for i, cell in enumerate(board) if cell != EMPTY)
+
+
+def play(board: Board, square: int, mark: str) -> Board:
+    """The board after `mark` takes `square`. Raises ValueError if the move is not legal."""
+    if square not in legal_moves(board):
+        raise ValueError(f"square {square} is not a legal move")
+    cells = list(board)
+    cells[square - 1] = mark
+    return tuple(cells)
+
+
+def winning_moves(board: Board, player: str) -> tuple[int, ...]:
+    """Squares that win the game for `player` at once."""
+    return tuple(m for m in legal_moves(board) if winner(play(board, m, player)) == player)
+
+
+@functools.lru_cache(maxsize=None)
+def value(board: Board, player: str) -> int:
+    """Game-theoretic value for `player`, who is to move: +1 win, 0 draw, -1 loss.
+
+    Memoised: the whole game has under 6,000 reachable positions per player to move.
+    """
+    won = winner(board)
+    if won is not None:
+        return 1 if won == player else -1
+    moves = legal_moves(board)
+    if not moves:
+        return 0
+    return max(-value(play(board, m, player), other(player)) for m in moves)
+
+
+@functools.lru_cache(maxsize=None)
+def best_moves(board: Board, player: str) -> tuple[int, ...]:
+    """Every square whose game-theoretic value is optimal for `player` (to move), ascending.
+
+    "Best" means value-optimal, not fastest: when several moves all force a win, all are best
+    (an immediate win is one of them). Empty on a terminal board.
+    """
+    moves = legal_moves(board)
+    if not moves:
+        return ()
+    scores = {m: -value(play(board, m, player), other(player)) for m in moves}
+    top = max(scores.values())
+    return tuple(m for m in moves if scores[m] == top)
+
+
+def render(board: Board) -> str:
+    """Three lines like `X|2|O`: empty squares show their number so a small model can read
+    the move it needs to name straight off the board."""
+    cells = [cell if cell != EMPTY else str(i + 1) for i, cell in enumerate(board)]
+    return "\n".join("|".join(cells[r * 3 : r * 3 + 3]) for r in range(3))

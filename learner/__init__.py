@@ -1,0 +1,1 @@
+"""The learner: model loading, collation, GSPO steps, checkpoints. Imports only from `arl`."""

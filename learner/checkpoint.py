@@ -1,0 +1,230 @@
+"""Learner checkpoints without pickle: safetensors for tensors, JSON for everything else.
+
+A checkpoint is one directory:
+
+    model.safetensors      parameters by HF name (tied weights stored once, under the name
+                           `named_parameters()` gives them)
+    optimizer.safetensors  every tensor of the torch optimizer state, as `state.<index>.<key>`
+    optimizer.json         the optimizer's param_groups and any non-tensor per-parameter values
+    learner.json           version (learner steps done, which is also the LR-schedule position:
+                           the schedule is a pure function of it), skipped_steps, extra_json
+    manifest.json          format, step, policy_version, and sha256 + size of every file above
+
+Nothing is ever unpickled: a checkpoint from an untrusted place can at worst fail to load.
+Writes are atomic: the files go to a temporary sibling directory, each is fsync'd, and the
+directory is renamed into place (then its parent fsync'd), so a crash leaves either no
+checkpoint or a whole one. `load_checkpoint` recomputes every hash before reading any tensor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+
+FORMAT = 1
+MODEL_FILE = "model.safetensors"
+OPTIMIZER_TENSORS_FILE = "optimizer.safetensors"
+OPTIMIZER_JSON_FILE = "optimizer.json"
+LEARNER_FILE = "learner.json"
+MANIFEST_FILE = "manifest.json"
+DATA_FILES = (MODEL_FILE, OPTIMIZER_TENSORS_FILE, OPTIMIZER_JSON_FILE, LEARNER_FILE)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory is missing, incomplete, tampered with or not in this format."""
+
+
+@dataclass(frozen=True)
+class LearnerState:
+    """Everything a learner needs to continue exactly where it stopped.
+
+    model          parameter name -> tensor (the learner's fp32 master weights)
+    optimizer      a torch optimizer `state_dict()`: {"state": {int: {str: Tensor | number}},
+                   "param_groups": [dict of JSON values]}
+    version        learner steps done
+    skipped_steps  optimizer steps skipped for non-finite values, over the whole run
+    """
+
+    model: dict[str, Tensor]
+    optimizer: dict[str, Any]
+    version: int
+    skipped_steps: int
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What `load_checkpoint` returns: the learner state, the caller's step and its JSON."""
+
+    state: LearnerState
+    step: int
+    extra_json: dict[str, Any]
+
+
+def save_checkpoint(
+    directory: str | os.PathLike, state: LearnerState, step: int, extra_json: dict[str, Any]
+) -> Path:
+    """Write `state` as a checkpoint at `directory` (which must not exist yet) and return it.
+
+    `extra_json` must be JSON-serialisable (e.g. the run config, rollout RNG seeds). Raises
+    FileExistsError if `directory` exists, TypeError if anything meant for JSON is not.
+    """
+    target = Path(directory).absolute()
+    if target.exists():
+        raise FileExistsError(f"checkpoint directory {target} already exists")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    opt_tensors, opt_json = _flatten_optimizer(state.optimizer)
+    learner_json = {
+        "version": state.version, "skipped_steps": state.skipped_steps, "extra": extra_json,
+    }
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
+    try:
+        model = {name: t.detach().contiguous() for name, t in state.model.items()}
+        save_file(model, str(tmp / MODEL_FILE))
+        save_file(opt_tensors, str(tmp / OPTIMIZER_TENSORS_FILE))
+        _write_json(tmp / OPTIMIZER_JSON_FILE, opt_json)
+        _write_json(tmp / LEARNER_FILE, learner_json)
+        files = {}
+        for name in DATA_FILES:
+            _fsync_file(tmp / name)
+            files[name] = {"sha256": _sha256(tmp / name), "bytes": (tmp / name).stat().st_size}
+        manifest = {
+            "format": FORMAT, "step": step, "policy_version": state.version, "files": files,
+        }
+        _write_json(tmp / MANIFEST_FILE, manifest)
+        _fsync_file(tmp / MANIFEST_FILE)
+        _fsync_dir(tmp)
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync_dir(target.parent)
+    return target
+
+
+def load_checkpoint(directory: str | os.PathLike) -> Checkpoint:
+    """Verify every file's sha256 against the manifest, then read the checkpoint.
+
+    Raises CheckpointError naming the file for a missing directory or file, a size or hash
+    mismatch (tampering, truncation), unknown format, or contents that do not parse.
+    """
+    root = Path(directory)
+    manifest = _read_json(root, MANIFEST_FILE)
+    if manifest.get("format") != FORMAT or not isinstance(manifest.get("files"), dict):
+        raise CheckpointError(f"{root / MANIFEST_FILE}: not a format-{FORMAT} checkpoint manifest")
+    if set(manifest["files"]) != set(DATA_FILES):
+        raise CheckpointError(
+            f"{root / MANIFEST_FILE}: lists {sorted(manifest['files'])}, expected {list(DATA_FILES)}"
+        )
+    for name, meta in manifest["files"].items():
+        _verify(root / name, meta)
+    opt_json = _read_json(root, OPTIMIZER_JSON_FILE)
+    learner_json = _read_json(root, LEARNER_FILE)
+    try:
+        model = load_file(str(root / MODEL_FILE))
+        opt_tensors = load_file(str(root / OPTIMIZER_TENSORS_FILE))
+        optimizer = _unflatten_optimizer(opt_tensors, opt_json)
+        state = LearnerState(
+            model=model,
+            optimizer=optimizer,
+            version=int(learner_json["version"]),
+            skipped_steps=int(learner_json["skipped_steps"]),
+        )
+        return Checkpoint(state=state, step=int(manifest["step"]), extra_json=learner_json["extra"])
+    except (KeyError, ValueError, TypeError) as err:
+        raise CheckpointError(f"{root}: checkpoint contents do not parse: {err!r}") from err
+
+
+def _flatten_optimizer(state_dict: dict[str, Any]) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """torch optimizer state_dict -> (tensors for safetensors, JSON-ready rest)."""
+    tensors: dict[str, Tensor] = {}
+    scalars: dict[str, Any] = {}
+    for index, entry in state_dict["state"].items():
+        for key, value in entry.items():
+            name = f"state.{int(index)}.{key}"
+            if isinstance(value, Tensor):
+                tensors[name] = value.detach().contiguous()
+            else:
+                scalars[name] = value
+    return tensors, {"param_groups": state_dict["param_groups"], "scalars": scalars}
+
+
+def _unflatten_optimizer(tensors: dict[str, Tensor], rest: dict[str, Any]) -> dict[str, Any]:
+    """Inverse of `_flatten_optimizer`. JSON has no tuples, so list-valued hyperparameters
+    (AdamW's betas) become tuples again, as torch stores them."""
+    state: dict[int, dict[str, Any]] = {}
+    for name, value in [*tensors.items(), *rest["scalars"].items()]:
+        prefix, index, key = name.split(".", 2)
+        if prefix != "state":
+            raise ValueError(f"unexpected optimizer entry {name!r}")
+        state.setdefault(int(index), {})[key] = value
+    groups = [
+        {k: tuple(v) if isinstance(v, list) and k != "params" else v for k, v in group.items()}
+        for group in rest["param_groups"]
+    ]
+    return {"state": dict(sorted(state.items())), "param_groups": groups}
+
+
+def _verify(path: Path, meta: dict[str, Any]) -> None:
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint file {path} is missing")
+    size = path.stat().st_size
+    if size != meta.get("bytes"):
+        raise CheckpointError(
+            f"checkpoint file {path} has {size} bytes, manifest says {meta.get('bytes')} "
+            "(truncated or modified)"
+        )
+    digest = _sha256(path)
+    if digest != meta.get("sha256"):
+        raise CheckpointError(
+            f"checkpoint file {path} fails its sha256 check (modified or corrupt): "
+            f"expected {meta.get('sha256')}, got {digest}"
+        )
+
+
+def _read_json(root: Path, name: str) -> dict[str, Any]:
+    path = root / name
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint file {path} is missing")
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"checkpoint file {path} is not valid JSON: {err}") from err
+    if not isinstance(value, dict):
+        raise CheckpointError(f"checkpoint file {path} must hold a JSON object")
+    return value
+
+
+def _write_json(path: Path, value: dict[str, Any]) -> None:
+    # allow_nan=False: NaN is not JSON, and a checkpoint must be readable by any JSON parser.
+    path.write_text(json.dumps(value, indent=1, sort_keys=True, allow_nan=False), encoding="utf-8")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,138 @@
+"""Trajectories -> padded torch tensors, and row selections of them (mini- and micro-batches).
+
+Token ids are used exactly as the rollout engine produced them: nothing is decoded or
+re-tokenised here (DESIGN.md §1), so the trained tokens are the sampled tokens.
+
+Layout: right padding; T = the longest trajectory in the batch. Pad positions have
+attention_mask 0, loss_mask 0 and sampler/old logprobs 0, so they never reach a loss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from arl.types import Trajectory
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A padded batch; row i of every field is the same sequence.
+
+    input_ids         [B, T] int64  token ids, right-padded with `pad_id`
+    attention_mask    [B, T] int64  1 on real tokens, 0 on padding
+    loss_mask         [B, T] float32 1 only on tokens the policy sampled
+    advantages        [B]    float32 one per sequence
+    sampler_logprobs  [B, T] float32 the rollout engine's log-probs (0 off the loss mask)
+    old_logprobs      [B, T] float32 under the weights at the start of the learner step; None
+                      until the learner fills it in with `with_old_logprobs`
+    """
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    loss_mask: Tensor
+    advantages: Tensor
+    sampler_logprobs: Tensor
+    old_logprobs: Tensor | None = None
+
+    @property
+    def size(self) -> int:
+        """B: sequences in the batch."""
+        return int(self.input_ids.shape[0])
+
+    @property
+    def num_tokens(self) -> int:
+        """Non-pad tokens in the batch (what a forward pass really processes)."""
+        return int(self.attention_mask.sum().item())
+
+    def with_old_logprobs(self, old_logprobs: Tensor) -> Batch:
+        """A copy carrying `old_logprobs` [B, T] (detached, float32)."""
+        if old_logprobs.shape != self.input_ids.shape:
+            raise ValueError(
+                f"old_logprobs shape {tuple(old_logprobs.shape)} != batch shape "
+                f"{tuple(self.input_ids.shape)}"
+            )
+        return dataclasses.replace(self, old_logprobs=old_logprobs.detach().float())
+
+    def select(self, rows: Sequence[int] | Tensor | np.ndarray) -> Batch:
+        """The given rows, in the given order, with trailing all-pad columns trimmed.
+
+        Trimming is exact: padding is on the right and attention is causal, so no real token
+        ever attends to a trimmed column. Rows keep their identity (every field is indexed
+        with the same `rows`); the caller decides the order.
+        """
+        index = torch.as_tensor(np.asarray(rows, dtype=np.int64))
+        if index.numel() == 0:
+            raise ValueError("select needs at least one row")
+        length = _longest(self.attention_mask.index_select(0, index))
+        fields = {
+            f.name: _take(getattr(self, f.name), index, length) for f in dataclasses.fields(self)
+        }
+        return Batch(**fields)
+
+    def split(self, size: int) -> list[Batch]:
+        """Consecutive chunks of at most `size` rows (the last may be smaller), each trimmed."""
+        if size <= 0:
+            raise ValueError(f"split size must be positive, got {size}")
+        return [self.select(range(s, min(s + size, self.size))) for s in range(0, self.size, size)]
+
+
+def collate(trajectories: Sequence[Trajectory], advantages: np.ndarray, pad_id: int) -> Batch:
+    """Stack trajectories into a right-padded Batch; row i is trajectories[i].
+
+    advantages: [B], one per trajectory, in the same order. Raises ValueError on an empty
+    batch, a length mismatch between the advantages and the trajectories, or a trajectory
+    whose token_ids, loss_mask and sampler_logprobs differ in length. Non-finite advantages
+    pass through: the learner detects them in the loss and skips that optimizer step.
+    """
+    if not trajectories:
+        raise ValueError("collate needs at least one trajectory")
+    adv = np.asarray(advantages, dtype=np.float32).reshape(-1)
+    if adv.shape[0] != len(trajectories):
+        raise ValueError(f"{adv.shape[0]} advantages for {len(trajectories)} trajectories")
+    for i, traj in enumerate(trajectories):
+        lengths = {len(traj.token_ids), len(traj.loss_mask), len(traj.sampler_logprobs)}
+        if len(lengths) != 1 or 0 in lengths:
+            raise ValueError(
+                f"trajectory {i}: token_ids, loss_mask and sampler_logprobs must share one "
+                f"non-zero length, got {len(traj.token_ids)}, {len(traj.loss_mask)}, "
+                f"{len(traj.sampler_logprobs)}"
+            )
+    size, length = len(trajectories), max(len(t.token_ids) for t in trajectories)
+    input_ids = np.full((size, length), pad_id, dtype=np.int64)
+    attention_mask = np.zeros((size, length), dtype=np.int64)
+    loss_mask = np.zeros((size, length), dtype=np.float32)
+    sampler_logprobs = np.zeros((size, length), dtype=np.float32)
+    for i, traj in enumerate(trajectories):
+        n = len(traj.token_ids)
+        input_ids[i, :n] = traj.token_ids
+        attention_mask[i, :n] = 1
+        loss_mask[i, :n] = traj.loss_mask
+        # Zero off the mask whatever the engine wrote there: the gap metric reads mask tokens.
+        sampler_logprobs[i, :n] = np.where(traj.loss_mask != 0, traj.sampler_logprobs, 0.0)
+    return Batch(
+        input_ids=torch.from_numpy(input_ids),
+        attention_mask=torch.from_numpy(attention_mask),
+        loss_mask=torch.from_numpy(loss_mask),
+        advantages=torch.from_numpy(adv.copy()),
+        sampler_logprobs=torch.from_numpy(sampler_logprobs),
+    )
+
+
+def _longest(attention_mask: Tensor) -> int:
+    """Columns up to and including the last real token of any row (right padding)."""
+    positions = torch.arange(1, attention_mask.shape[1] + 1)  # [T]
+    return int((attention_mask * positions).max().item())
+
+
+def _take(value: Tensor | None, index: Tensor, length: int) -> Tensor | None:
+    """Rows `index` of a [B] or [B, T] field, trimmed to `length` columns."""
+    if value is None:
+        return None
+    rows = value.index_select(0, index)
+    return rows[:, :length].contiguous() if rows.dim() == 2 else rows

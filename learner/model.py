@@ -1,0 +1,96 @@
+"""Loading local causal LMs, CPU thread settings, and per-token log-probs for the learner."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import PreTrainedTokenizerBase
+
+_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+_LOGPROB_CHUNK_TOKENS = 4096  # rows of logits turned into fp32 at once (bounds peak memory)
+_interop_threads_set = False
+
+
+def load_model(
+    path: str, dtype: str = "bfloat16"
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a local HF causal-LM folder (never a hub id: nothing is downloaded) as
+    (model in eval mode with weights in `dtype`, its tokenizer).
+
+    Raises FileNotFoundError if `path` is not a folder holding config.json, ValueError for an
+    unknown dtype (bfloat16 | float32)."""
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        what = "has no config.json (not a model folder)" if os.path.isdir(path) else "is missing"
+        raise FileNotFoundError(
+            f"model directory {path!r} {what}; build the tiny one with `arl warmstart`"
+        )
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=_DTYPES[dtype], local_files_only=True
+    )
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return model.eval(), tokenizer
+
+
+def set_torch_threads(n: int) -> None:
+    """Use `n` intra-op threads (callable any time). Inter-op threads are set to `n` on the
+    first call only: torch allows that once per process, and only before any parallel work."""
+    global _interop_threads_set
+    torch.set_num_threads(n)
+    if not _interop_threads_set:
+        _interop_threads_set = True
+        try:
+            torch.set_num_interop_threads(n)
+        except RuntimeError:
+            pass  # parallel work already ran in this process: torch keeps its setting
+
+
+def token_logprobs(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """Per-token log-probs [B, T] float32: out[b, t] = log p(input_ids[b, t] | input_ids[b, <t])
+    under softmax(logits / temperature). out[b, t] = 0 unless tokens t-1 and t are both attended
+    (so column 0, padding, and the first real token of a left-padded row are 0).
+
+    Left, right or no padding all work: position ids follow the attention mask. Differentiable
+    when grad is enabled. The fp32 log-softmax runs over chunks of tokens, and with grad on each
+    chunk is recomputed in backward instead of kept, so no [B, T, V] fp32 tensor ever lives.
+    """
+    input_ids = input_ids.long()
+    attention_mask = attention_mask.long()
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+        use_cache=False,
+    ).logits  # [B, T, V], model dtype
+    batch, length = input_ids.shape
+    flat_logits = logits[:, :-1].reshape(-1, logits.shape[-1])  # predicts ids[:, 1:]
+    flat_targets = input_ids[:, 1:].reshape(-1)
+    use_checkpoint = torch.is_grad_enabled() and flat_logits.requires_grad
+    pieces = []
+    for start in range(0, flat_targets.numel(), _LOGPROB_CHUNK_TOKENS):
+        rows = slice(start, start + _LOGPROB_CHUNK_TOKENS)
+        args = (flat_logits[rows], flat_targets[rows], temperature)
+        if use_checkpoint:
+            pieces.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False))
+        else:
+            pieces.append(_chunk_logprobs(*args))
+    shifted = torch.cat(pieces).view(batch, length - 1)
+    # where(), not multiply: logits at padded positions may be garbage, and NaN * 0 is NaN.
+    valid = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()
+    shifted = torch.where(valid, shifted, torch.zeros_like(shifted))
+    return torch.cat([shifted.new_zeros(batch, 1), shifted], dim=1)
+
+
+def _chunk_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float):
+    """[N, V] logits (any dtype), [N] targets -> [N] fp32 log-probs of the targets."""
+    logp = F.log_softmax(logits.float() / temperature, dim=-1)
+    return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)

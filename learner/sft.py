@@ -1,0 +1,134 @@
+"""Supervised fine-tuning on (prompt, tools, target assistant text) examples: the warm start that
+turns a random tiny model into a policy that emits tool calls, so RL can find reward."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from arl.types import Message, ToolSchema
+
+END_OF_TURN = "<|im_end|>"
+IGNORE = -100  # label of tokens without loss (prompt, padding)
+WARMUP_FRACTION = 0.05
+ADAM_BETAS = (0.9, 0.95)
+GRAD_CLIP = 1.0
+
+Example = tuple[Sequence[Message], Sequence[ToolSchema], str]
+
+
+def encode_example(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: Sequence[Message],
+    tools: Sequence[ToolSchema],
+    target: str,
+) -> tuple[list[int], int]:
+    """(ids, prompt_len): ids = template(messages, tools, add_generation_prompt) + target +
+    <|im_end|>, the same ids a rollout produces when the policy samples `target` and stops.
+    The first `prompt_len` ids carry no loss."""
+    prompt = tokenizer.apply_chat_template(
+        [m.as_dict() for m in messages],
+        tools=[t.as_dict() for t in tools] or None,
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+    target_ids = tokenizer.encode(target, add_special_tokens=False)
+    return prompt_ids + target_ids + [_end_of_turn_id(tokenizer)], len(prompt_ids)
+
+
+def supervised_finetune(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    examples: Sequence[Example],
+    epochs: int,
+    lr: float,
+    batch_size: int,
+    seed: int,
+) -> list[float]:
+    """Fine-tune `model` in place on `examples`; return each epoch's mean batch loss.
+
+    Loss: token-mean cross-entropy on the target ids and the closing <|im_end|> only. AdamW
+    with linear warmup over the first 5% of steps, then cosine decay to 0; grad-norm clip 1.
+    Trains in the dtype the model is given (bf16 weights were faster to the same quality than
+    fp32 on the bf16-native CPU we measured). Same seed, same examples -> same weights (a
+    seeded shuffle per epoch). The model is left in eval mode.
+    """
+    if not examples:
+        raise ValueError("supervised_finetune needs at least one example")
+    encoded = [encode_example(tokenizer, *ex) for ex in examples]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    steps_per_epoch = math.ceil(len(encoded) / batch_size)
+    total = epochs * steps_per_epoch
+    warmup = max(1, round(WARMUP_FRACTION * total))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=ADAM_BETAS, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, warmup, total))
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    model.train()
+    epoch_losses = []
+    for _ in range(epochs):
+        order = list(range(len(encoded)))
+        rng.shuffle(order)
+        losses = []
+        for start in range(0, len(order), batch_size):
+            batch = [encoded[i] for i in order[start : start + batch_size]]
+            input_ids, attention_mask, labels = collate(batch, pad_id)
+            loss = _target_loss(model, input_ids, attention_mask, labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+            optimizer.step()
+            schedule.step()
+            losses.append(loss.item())
+        epoch_losses.append(sum(losses) / len(losses))
+    model.eval()
+    return epoch_losses
+
+
+def collate(
+    batch: Sequence[tuple[list[int], int]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-pad (ids, prompt_len) pairs to [B, T] input_ids, attention_mask and labels, where
+    labels = ids on target positions and IGNORE on prompt and padding."""
+    length = max(len(ids) for ids, _ in batch)
+    input_ids = torch.full((len(batch), length), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(batch), length), dtype=torch.long)
+    labels = torch.full((len(batch), length), IGNORE, dtype=torch.long)
+    for row, (ids, prompt_len) in enumerate(batch):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        attention_mask[row, : len(ids)] = 1
+        labels[row, prompt_len : len(ids)] = input_ids[row, prompt_len : len(ids)]
+    return input_ids, attention_mask, labels
+
+
+def _target_loss(model, input_ids, attention_mask, labels) -> torch.Tensor:
+    """Token-mean cross-entropy over labelled positions, in fp32 whatever the model dtype."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    targets = labels[:, 1:]
+    keep = targets != IGNORE
+    picked = logits[:, :-1][keep]  # only labelled rows go to fp32: [N, V]
+    return F.cross_entropy(picked.float(), targets[keep])
+
+
+def _lr_factor(step: int, warmup: int, total: int) -> float:
+    """Linear warmup to 1 over `warmup` steps, then cosine decay to 0 at `total`."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def _end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    """<|im_end|> for ChatML tokenizers, else the tokenizer's eos."""
+    token_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
+    if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
+        return token_id
+    if tokenizer.eos_token_id is None:
+        raise ValueError("tokenizer has neither <|im_end|> nor an eos token to end a turn")
+    return tokenizer.eos_token_id

@@ -1,0 +1,237 @@
+"""The GSPO learner step (arXiv 2507.18071) on one process, in plain torch.
+
+One learner step = one rollout batch:
+  1. collate the trajectories (exact sampled ids, right padding);
+  2. shuffle the sequence order with a generator seeded by (seed, version), split the batch into
+     `mini_batches` near-equal mini-batches, and compute `old_logprobs` for all of them under
+     no_grad with the weights at the start of the step;
+  3. per mini-batch: micro-batches of `micro_batch_size` accumulate gradients of a loss whose
+     normaliser is the mini-batch size (so the sum equals the whole mini-batch's gradient),
+     clip the grad norm, take one AdamW step. Later mini-batches are therefore off-policy and
+     the clip matters. A non-finite loss or grad norm skips that optimizer step, leaving
+     parameters and optimizer state untouched, and is counted;
+  4. version += 1. The LR schedule counts learner steps, not optimizer steps (learner/optim.py).
+
+old_logprobs are computed over exactly the micro-batches (same rows, same trimmed shapes) that
+training later runs, so before the first update `logprobs == old_logprobs` bit for bit and the
+first mini-batch's ratios are exactly 1.
+
+Precision: the learner always keeps fp32 weights and computes in fp32, whatever `dtype` (the
+rollout engine's dtype) says. AdamW on bf16 weights loses small updates. fp32 master weights
+with bf16 autocast compute ran faster on this CPU (one step of 8 x 256 tokens of a 3.3M-param
+Qwen2, 2 threads: fp32 0.45-0.56 s, autocast 0.28-0.36 s), but the bf16 forward adds ~3e-4 of
+noise to the sequence log-ratio after an update (measured: mean |autocast - fp32| of
+log s_i = 2.8e-4..3.7e-4 for updates of 1e-5..1e-3), the same size as GSPO's clip range
+(3e-4 / 4e-4): the clip decision would be noise. So fp32 it is; `export_weights` gives fp32
+arrays and the engine rounds them to its own dtype.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from arl import gspo
+from arl.config import LearnerConfig
+from arl.types import Trajectory
+from learner.checkpoint import LearnerState
+from learner.collate import Batch, collate
+from learner.model import load_model, set_torch_threads, token_logprobs
+from learner.optim import build_optimizer, lr_factor, set_lr
+
+ENGINE_DTYPES = ("bfloat16", "float32")
+
+
+@dataclass(frozen=True)
+class _MiniResult:
+    """One optimizer step's outcome."""
+
+    loss: float  # sum of the micro-batch losses = the mini-batch loss
+    grad_norm: float  # before clipping
+    applied: bool  # False: non-finite loss or grad norm, step skipped
+    outputs: list[gspo.LossOutput]
+    tokens: int  # non-pad tokens through forward + backward
+
+
+class GSPOLearner:
+    """Trains a causal LM with GSPO on trajectories' exact token ids. Plain class: Ray wraps it
+    in actors/. Same seed + same inputs -> identical metrics and weights."""
+
+    def __init__(
+        self, model_path: str, cfg: LearnerConfig, dtype: str, total_steps: int, seed: int
+    ):
+        """Load the model at `model_path` (fp32, train mode), AdamW and the LR schedule.
+
+        dtype: the rollout engine's dtype (bfloat16 | float32); the learner trains in fp32
+        either way (module docstring). total_steps: learner steps in the run (cosine length).
+        Raises ValueError for an unknown dtype or loss, or a model with dropout (the trained
+        policy must be the sampling policy, or ratios compare two different functions).
+        """
+        if dtype not in ENGINE_DTYPES:
+            raise ValueError(f"dtype must be one of {ENGINE_DTYPES}, got {dtype!r}")
+        if cfg.loss not in gspo.LOSSES:
+            raise ValueError(f"loss must be one of {sorted(gspo.LOSSES)}, got {cfg.loss!r}")
+        set_torch_threads(cfg.cpus)
+        self.cfg = cfg
+        self.dtype = dtype
+        self.total_steps = total_steps
+        self.seed = seed
+        self.model, tokenizer = load_model(model_path, "float32")
+        _require_no_dropout(self.model)
+        self.model.train()
+        if tokenizer.pad_token_id is None:
+            raise ValueError(f"tokenizer at {model_path!r} has no pad token")
+        self.pad_id = int(tokenizer.pad_token_id)
+        self.loss_fn = gspo.LOSSES[cfg.loss]
+        self.optimizer = build_optimizer(self.model.parameters(), cfg)
+        self.version = 0  # learner steps done
+        self.skipped_steps = 0  # skipped optimizer steps, whole run
+
+    @property
+    def lr(self) -> float:
+        """The learning rate the next learner step will use."""
+        cfg = self.cfg
+        factor = lr_factor(self.version, cfg.warmup_steps, self.total_steps, cfg.lr_schedule)
+        return cfg.lr * factor
+
+    def step(
+        self, trajectories: Sequence[Trajectory], advantages: np.ndarray, temperature: float = 1.0
+    ) -> dict[str, float]:
+        """One learner step on a rollout batch; returns metrics.
+
+        advantages [B], one per trajectory; temperature: the sampling temperature, so logprobs
+        are those of softmax(logits / temperature), like sampler_logprobs. `learner/loss` and
+        `learner/grad_norm` (pre-clip) are means over the optimizer steps that were applied
+        (NaN if none was); `learner/skipped_steps` counts this step's skipped ones.
+        """
+        lr = self.lr
+        set_lr(self.optimizer, lr)
+        minis = self._mini_batches(collate(trajectories, advantages, self.pad_id), temperature)
+        results = [self._optimizer_step(mini, temperature) for mini in minis]
+        applied = [r for r in results if r.applied]
+        skipped = len(results) - len(applied)
+        self.version += 1
+        self.skipped_steps += skipped
+        return {
+            "learner/loss": _mean([r.loss for r in applied]),
+            "learner/grad_norm": _mean([r.grad_norm for r in applied]),
+            "learner/lr": lr,
+            "learner/skipped_steps": float(skipped),
+            **gspo.diagnostics([o for r in results for o in r.outputs]),
+            "rollout/sampler_logprob_gap": _sampler_gap(minis),
+            "perf/train_tokens": float(sum(r.tokens for r in results)),
+        }
+
+    def _mini_batches(self, batch: Batch, temperature: float) -> list[Batch]:
+        """Shuffle (seeded by seed and version), split into mini-batches, attach old_logprobs.
+
+        All old_logprobs are computed before any update: they are the policy at step start.
+        With fewer sequences than `mini_batches`, each sequence is its own mini-batch.
+        """
+        order = np.random.default_rng([self.seed, self.version]).permutation(batch.size)
+        count = min(self.cfg.mini_batches, batch.size)
+        minis = [batch.select(rows) for rows in np.array_split(order, count)]
+        return [m.with_old_logprobs(self._old_logprobs(m, temperature)) for m in minis]
+
+    @torch.no_grad()
+    def _old_logprobs(self, mini: Batch, temperature: float) -> torch.Tensor:
+        """[b, t] logprobs of a mini-batch, computed micro-batch by micro-batch exactly as
+        `_optimizer_step` will (same rows, same trimmed shapes), so they match bit for bit."""
+        out = torch.zeros(mini.input_ids.shape, dtype=torch.float32)
+        start = 0
+        for micro in mini.split(self.cfg.micro_batch_size):
+            logprobs = token_logprobs(self.model, micro.input_ids, micro.attention_mask, temperature)
+            out[start : start + micro.size, : logprobs.shape[1]] = logprobs
+            start += micro.size
+        return out
+
+    def _optimizer_step(self, mini: Batch, temperature: float) -> _MiniResult:
+        """Accumulate the mini-batch gradient over micro-batches; clip; step unless non-finite."""
+        cfg = self.cfg
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, outputs, tokens = 0.0, [], 0
+        for micro in mini.split(cfg.micro_batch_size):
+            logprobs = token_logprobs(self.model, micro.input_ids, micro.attention_mask, temperature)
+            out = self.loss_fn(
+                logprobs, micro.old_logprobs, micro.advantages, micro.loss_mask,
+                cfg.clip_low, cfg.clip_high, mini.size,  # global normaliser: the mini-batch
+            )
+            out.loss.backward()
+            loss += out.loss.item()
+            outputs.append(out)
+            tokens += micro.num_tokens
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip).item()
+        applied = math.isfinite(loss) and math.isfinite(norm)
+        if applied:
+            self.optimizer.step()
+        # Skipped: gradients (possibly NaN) are dropped before AdamW ever sees them.
+        self.optimizer.zero_grad(set_to_none=True)
+        return _MiniResult(loss, norm, applied, outputs, tokens)
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        """The weights for rollout engines: HF state_dict names -> contiguous float32 numpy
+        copies (numpy has no bf16; the engine casts to its dtype). Tied weights appear under
+        each of their names, sharing one array. Later steps never change the returned arrays."""
+        arrays: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
+        out = {}
+        for name, tensor in self.model.state_dict().items():
+            key = (tensor.data_ptr(), tuple(tensor.shape))
+            if key not in arrays:
+                arrays[key] = np.array(tensor.detach().to(torch.float32).numpy(), copy=True)
+            out[name] = arrays[key]
+        return out
+
+    def state_dict_for_checkpoint(self) -> LearnerState:
+        """A snapshot (copies) of parameters, AdamW state, version and skip count."""
+        params = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        optimizer = copy.deepcopy(self.optimizer.state_dict())
+        return LearnerState(params, optimizer, self.version, self.skipped_steps)
+
+    def load_checkpoint_state(self, state: LearnerState) -> None:
+        """Restore a `state_dict_for_checkpoint` snapshot into this learner (same model
+        architecture). Raises ValueError if parameter names differ."""
+        params = dict(self.model.named_parameters())
+        if set(params) != set(state.model):
+            missing, unexpected = set(params) - set(state.model), set(state.model) - set(params)
+            raise ValueError(
+                f"checkpoint does not fit the model: missing {sorted(missing)}, "
+                f"unexpected {sorted(unexpected)}"
+            )
+        with torch.no_grad():
+            for name, param in params.items():
+                param.copy_(state.model[name])
+        self.optimizer.load_state_dict(state.optimizer)
+        self.version = state.version
+        self.skipped_steps = state.skipped_steps
+
+
+def _require_no_dropout(model: torch.nn.Module) -> None:
+    """Raise if any dropout is active in train mode (RL needs the sampling policy itself)."""
+    rates = {
+        name: value
+        for name, value in model.config.to_dict().items()
+        if ("dropout" in name or name.endswith("pdrop"))
+        and isinstance(value, (int, float)) and value > 0
+    }
+    rates.update(
+        {name: mod.p for name, mod in model.named_modules()
+         if isinstance(mod, torch.nn.Dropout) and mod.p > 0}
+    )
+    if rates:
+        raise ValueError(f"the learner needs a model without dropout, found {rates}")
+
+
+def _mean(values: list[float]) -> float:
+    return float(np.mean(values)) if values else math.nan
+
+
+def _sampler_gap(minis: list[Batch]) -> float:
+    """Mean |sampler_logprobs - old_logprobs| over loss-mask tokens (0.0 if there are none)."""
+    total = sum(((m.sampler_logprobs - m.old_logprobs).abs() * m.loss_mask).sum() for m in minis)
+    count = sum(m.loss_mask.sum() for m in minis)
+    return float(total / count) if count > 0 else 0.0

@@ -1,0 +1,193 @@
+"""The tiny offline model: a byte-level BPE tokenizer with a ChatML tool-calling template, and a
+small random Qwen2 causal LM, built locally because no model hub is reachable.
+
+Contracts that the rest of arl relies on:
+- Any text encodes and `decode(encode(x)) == x` (byte-level BPE over all 256 bytes).
+- `<|endoftext|>` (pad), `<|im_start|>`, `<|im_end|>` (eos = end of turn) are special tokens;
+  `<tool_call>`, `</tool_call>`, `<tool_response>`, `</tool_response>` are single added tokens that
+  are NOT special, so decoding with `skip_special_tokens=True` (vLLM's default) keeps the call tags.
+- Token-exact turns: every boundary between turns in the template falls on a special token, so
+  ids(full conversation) == ids(prompt + generation prompt) + ids(assistant text + <|im_end|>)
+  + ids(template delta for the next messages + generation prompt) + ...; the RL loop appends
+  those pieces without ever re-tokenizing a whole conversation. (The one non-special seam is
+  `<|im_start|>assistant\\n` + the sampled text, and the engine samples those ids itself.)
+- The pre-tokenizer, normalizer and decoder are exactly Qwen2's, because transformers 5 rebuilds
+  them as Qwen2's for any folder whose config says `qwen2`; so a saved folder reloads unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+
+import torch
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers
+from tokenizers import pre_tokenizers, trainers
+from transformers import (
+    GenerationConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+from transformers.utils.chat_template_utils import render_jinja_template
+
+from arl.types import Message, ToolSchema
+
+PAD_TOKEN = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"  # eos: ends every turn
+SPECIAL_TOKENS = (PAD_TOKEN, IM_START, IM_END)
+TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+MAX_POSITIONS = 1024
+
+# Qwen2's pre-tokenizer regex, copied verbatim from transformers' tokenization_qwen2.py: digits
+# split one by one, newlines form their own pieces.
+QWEN2_PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+
+# ChatML with Qwen2.5/Hermes-style tools, shortened (every prompt pays for its tokens). One tool
+# message = one user turn, so a rendered prefix never changes when messages are appended.
+CHAT_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages and messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}"
+    "{%- endif %}"
+    "{{- '# Tools\\n\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nTo call a function, reply with:\\n<tool_call>{\"name\": "
+    "<function-name>, \"arguments\": <args-json-object>}</tool_call><|im_end|>\\n' }}"
+    "{%- elif messages and messages[0].role == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'system' and loop.first %}"
+    "{%- elif message.role == 'tool' %}"
+    "{{- '<|im_start|>user\\n<tool_response>\\n' + message.content"
+    " + '\\n</tool_response><|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def render_chat(
+    messages: Sequence[Message],
+    tools: Sequence[ToolSchema] = (),
+    add_generation_prompt: bool = False,
+) -> str:
+    """The text `CHAT_TEMPLATE` renders, without needing a tokenizer (to build a corpus for
+    `build_tokenizer`). Equal to `tokenizer.apply_chat_template(..., tokenize=False)`."""
+    rendered, _ = render_jinja_template(
+        conversations=[[m.as_dict() for m in messages]],
+        tools=[t.as_dict() for t in tools] or None,
+        chat_template=CHAT_TEMPLATE,
+        add_generation_prompt=add_generation_prompt,
+    )
+    return rendered[0]
+
+
+def build_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE on `corpus` (e.g. rendered conversations; special and tool tokens
+    in it are split out, never learnt) with at most `vocab_size` ids in all: 7 special/added
+    tokens, 256 byte tokens, then merges (fewer if the corpus runs out of pairs). Deterministic
+    for a given corpus. The chat template is attached as `tokenizer.chat_template`."""
+    reserved = len(SPECIAL_TOKENS) + len(TOOL_TOKENS) + 256
+    if vocab_size < reserved:
+        raise ValueError(f"vocab_size must be >= {reserved} (specials + 256 bytes), got {vocab_size}")
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[*SPECIAL_TOKENS, *TOOL_TOKENS],  # ids 0..6, excluded from merges
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # all bytes: any text encodes
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus, trainer)
+    # The trainer marks all 7 as special; the tool tags must survive skip_special_tokens.
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_TOKENS])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=None,
+        eos_token=IM_END,
+        pad_token=PAD_TOKEN,
+        unk_token=None,
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=MAX_POSITIONS,
+        clean_up_tokenization_spaces=False,  # else decode(encode(x)) != x around punctuation
+    )
+
+
+def build_tiny_model(
+    tokenizer: PreTrainedTokenizerFast,
+    hidden_size: int = 128,
+    num_layers: int = 4,
+    num_heads: int = 4,
+    seed: int = 0,
+) -> PreTrainedModel:
+    """A randomly initialised fp32 Qwen2 causal LM sized for `tokenizer` (vocab = len(tokenizer)),
+    tied embeddings, MLP width 4 * hidden, RoPE base 10000 (what older transformers assume when
+    they cannot read `rope_parameters`). Same seed, same weights; the global RNG is untouched.
+    Head size hidden/heads must be >= 32 (vLLM's minimum)."""
+    if hidden_size % num_heads or hidden_size // num_heads < 32:
+        raise ValueError(f"head size {hidden_size}/{num_heads} must be an integer >= 32")
+    pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
+    eos_id = tokenizer.convert_tokens_to_ids(IM_END)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=4 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=MAX_POSITIONS,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        tie_word_embeddings=True,
+        bos_token_id=pad_id,  # as Qwen2.5; chat prompts carry no BOS
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        bos_token_id=pad_id, eos_token_id=eos_id, pad_token_id=pad_id
+    )
+    return model.eval()
+
+
+def save_model_dir(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, path: str | os.PathLike
+) -> None:
+    """Write a normal HF folder (config.json, generation_config.json, model.safetensors,
+    tokenizer.json, tokenizer_config.json, chat_template.jinja) at `path`, replacing any folder
+    there. Atomic: the folder is written next to `path` and renamed into place, so a crash
+    leaves either the old folder or the new one, never half of one."""
+    path = os.path.abspath(os.fspath(path))
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.tmp-")
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        old = None
+        if os.path.exists(path):
+            old = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.old-")
+            os.rename(path, os.path.join(old, "dir"))  # a rename cannot replace a full folder
+        os.rename(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

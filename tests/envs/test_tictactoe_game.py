@@ -1,0 +1,173 @@
+"""Full tic-tac-toe games: outcomes and rewards, invalid turns in both modes, determinism."""
+
+import pytest
+
+from arl.config import EnvConfig
+from arl.types import ToolCall, ToolCallError, ToolCallErrorKind
+from envs import make_env
+from envs import tictactoe_rules as rules
+from envs.opponents import PolicyOpponent
+
+
+def _call(square) -> ToolCall:
+    return ToolCall("choose_square", {"square": square})
+
+
+def _lowest_square_opponent() -> PolicyOpponent:
+    """A predictable opponent: always the lowest empty square."""
+    return PolicyOpponent(lambda board, player, rng: rules.legal_moves(board)[0],
+                          rules.legal_moves)
+
+
+def _seed_for(agent: str, cfg: EnvConfig, opponent=None) -> int:
+    env = make_env(cfg, opponent)
+    return next(s for s in range(100) if env.reset(s) and env.agent == agent)
+
+
+def _play(env, squares):
+    steps = [env.step(_call(s)) for s in squares]
+    assert all(not s.terminated for s in steps[:-1]) and steps[-1].terminated
+    return steps[-1]
+
+
+@pytest.mark.parametrize("agent, squares", [("X", [5, 9, 3, 7]), ("O", [5, 3, 7])])
+def test_win_as_either_mark(agent, squares):
+    cfg = EnvConfig(name="tictactoe", opponent="policy")
+    env = make_env(cfg, _lowest_square_opponent())
+    reset = env.reset(_seed_for(agent, cfg, _lowest_square_opponent()))
+    if agent == "O":  # the opponent opened, and the prompt says where
+        assert reset.messages[1].content.startswith("Opponent played square 1.\nX|2|3")
+    last = _play(env, squares)
+    assert last.reward == 1.0
+    assert last.info == {"invalid": False, "outcome": "win", "invalid_calls": 0,
+                         "squares": squares}
+    assert last.messages[0].content.endswith("You win.")
+
+
+def test_loss():
+    cfg = EnvConfig(name="tictactoe", opponent="policy")
+    env = make_env(cfg, _lowest_square_opponent())
+    env.reset(_seed_for("X", cfg, _lowest_square_opponent()))
+    last = _play(env, [5, 6, 9])  # O takes 1, 2, 3
+    assert last.reward == -1.0 and last.info["outcome"] == "loss"
+    assert last.messages[0].content == (
+        "You played square 9. Opponent played square 3.\nO|O|O\n4|X|X\n7|8|X\nYou lose."
+    )
+
+
+def test_perfect_play_against_minimax_draws():
+    cfg = EnvConfig(name="tictactoe", opponent="minimax")
+    env = make_env(cfg)
+    for seed in range(6):
+        env.reset(seed)
+        step = None
+        while step is None or not step.terminated:
+            step = env.step(_call(rules.best_moves(env.board, env.agent)[0]))
+        assert step.reward == 0.0 and step.info["outcome"] == "draw"
+
+
+def test_minimax_punishes_blunders():
+    cfg = EnvConfig(name="tictactoe", opponent="minimax")
+    env = make_env(cfg)
+    for seed in range(6):
+        env.reset(seed)
+        step = None
+        while step is None or not step.terminated:
+            worst = min(rules.legal_moves(env.board), key=lambda m: -rules.value(
+                rules.play(env.board, m, env.agent), rules.other(env.agent)))
+            step = env.step(_call(worst))
+        assert step.reward == -1.0 and step.info["outcome"] == "loss"
+
+
+def test_an_exchange_reads_well():
+    env = make_env(EnvConfig(name="tictactoe", opponent="random"))
+    reset = env.reset(_seed_for("X", EnvConfig(name="tictactoe", opponent="random")))
+    assert reset.messages[0].content == (
+        "You play tic-tac-toe as X against an opponent. "
+        "Reply with one choose_square tool call per turn."
+    )
+    assert reset.messages[1].content == "1|2|3\n4|5|6\n7|8|9\nYou are X. Your move."
+    step = env.step(_call(5))
+    (reply,) = step.messages
+    assert reply.role == "tool" and step.reward == 0.0 and not step.terminated
+    assert reply.content.startswith("You played square 5. Opponent played square ")
+    assert reply.content.endswith(f"\n{rules.render(env.board)}\nYour move.")
+
+
+@pytest.mark.parametrize("turn", [
+    ToolCallError(ToolCallErrorKind.MALFORMED, "not JSON"),
+    _call(11),
+    ToolCall("drop_piece", {"column": 1}),
+])
+def test_invalid_turn_ends_the_game_by_default(turn):
+    env = make_env(EnvConfig(name="tictactoe", opponent="random"))
+    env.reset(0)
+    step = env.step(turn)
+    assert step.terminated and step.reward == -1.0
+    assert step.info["outcome"] == "invalid" and step.info["invalid_calls"] == 1
+    assert step.messages[0].content.endswith("Game over.")
+    with pytest.raises(RuntimeError):
+        env.step(_call(1))
+
+
+def test_occupied_square_is_invalid():
+    cfg = EnvConfig(name="tictactoe", opponent="policy")
+    env = make_env(cfg, _lowest_square_opponent())
+    env.reset(_seed_for("X", cfg, _lowest_square_opponent()))
+    env.step(_call(5))  # the opponent answers on 1
+    step = env.step(_call(1))
+    assert step.terminated and step.info["error_kind"] == "illegal_move"
+    assert step.messages[0].content == "Illegal move: square 1 is taken. Game over."
+
+
+def test_retry_allows_max_retries_per_turn_then_ends():
+    cfg = EnvConfig(name="tictactoe", opponent="random", invalid_action="retry", max_retries=2)
+    env = make_env(cfg)
+    env.reset(_seed_for("X", cfg))
+    bad = ToolCallError(ToolCallErrorKind.MISSING, "no call")
+    first, second = env.step(bad), env.step(_call(0))
+    assert not first.terminated and first.reward == 0.0 and first.info["invalid"]
+    assert first.messages[0].content.endswith("Try again (1 retry left).")
+    assert second.messages[0].content.endswith("Try again (0 retries left).")
+    board = env.board
+    assert not env.step(_call(rules.legal_moves(board)[0])).terminated  # retries reset
+    assert not env.step(bad).terminated and not env.step(bad).terminated
+    last = env.step(bad)
+    assert last.terminated and last.reward == -1.0
+    assert last.info["outcome"] == "invalid" and last.info["invalid_calls"] == 5
+    assert last.info["squares"] == [rules.legal_moves(board)[0]]
+
+
+def test_retry_with_zero_retries_ends_at_once():
+    cfg = EnvConfig(name="tictactoe", invalid_action="retry", max_retries=0)
+    env = make_env(cfg)
+    env.reset(0)
+    assert env.step(_call(0)).terminated
+
+
+def test_same_seed_and_moves_give_the_same_game():
+    cfg = EnvConfig(name="tictactoe", opponent="eps_minimax", opponent_epsilon=0.5)
+
+    def game(seed):
+        env = make_env(cfg)
+        out = [env.reset(seed)]
+        while True:
+            out.append(env.step(_call(rules.legal_moves(env.board)[0])))
+            if out[-1].terminated:
+                return out
+
+    assert game(7) == game(7)
+    assert len({str(game(s)) for s in range(10)}) > 1
+
+
+def test_policy_opponent_falls_back_on_illegal_moves():
+    opponent = PolicyOpponent(lambda board, player, rng: 5, rules.legal_moves)
+    env = make_env(EnvConfig(name="tictactoe", opponent="policy"), opponent)
+    env.reset(_seed_for("X", EnvConfig(name="tictactoe", opponent="random")))
+    env.step(_call(5))  # the policy's 5 is taken now: the fallback moves instead
+    assert opponent.fallback_count == 1
+
+
+def test_policy_opponent_is_required_for_opponent_policy():
+    with pytest.raises(ValueError, match="policy"):
+        make_env(EnvConfig(name="tictactoe", opponent="policy"))
