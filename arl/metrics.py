@@ -42,8 +42,9 @@ def rollout_metrics(summaries: Sequence[EpisodeSummary], group_size: int) -> dic
 
 def chosen_squares(summary: EpisodeSummary) -> list[int]:
     """Every square/column the agent chose in an episode, as the env reported it."""
-    if "squares" in summary.info:
-        return [int(x) for x in summary.info["squares"] if x is not None]
+    for key in ("squares", "columns"):  # full games report every move
+        if key in summary.info:
+            return [int(x) for x in summary.info[key] if x is not None]
     if summary.info.get("square") is None:
         return []
     return [int(summary.info["square"])]

@@ -63,7 +63,8 @@ def check_env(env_factory: Callable[[], Env], seeds: Iterable[int] = range(5),
 def _check_reset(reset: Any, where: str) -> None:
     _require(isinstance(reset, EnvReset), f"{where}: returned {type(reset).__name__}")
     _check_messages(reset.messages, where)
-    _require(len(reset.messages) > 0, f"{where}: no opening messages")
+    _require(len(reset.messages) > 0 and reset.messages[-1].role == "user",
+             f"{where}: the opening must end with a user message (the model answers next)")
     _require(isinstance(reset.tools, tuple) and len(reset.tools) > 0,
              f"{where}: tools must be a non-empty tuple")
     for tool in reset.tools:

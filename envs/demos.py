@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from arl.config import EnvConfig
 from arl.protocols import Env
-from arl.tools import format_tool_call
-from arl.types import EnvReset, ParsedTurn, ToolCall, ToolCallError, ToolCallErrorKind
+from arl.tools import format_tool_call, parse_tool_call
+from arl.types import EnvReset, ParsedTurn, ToolCall
 from envs import make_env
 from envs import tictactoe_rules as rules
 from envs.tictactoe_move import TicTacToeMoveEnv
@@ -98,8 +98,11 @@ def malformed_call(square: int, rng: random.Random) -> str:
 def corpus_texts(episodes: int = 60, seed: int = 0) -> list[str]:
     """Representative strings of all three envs for training a small tokenizer: system and
     user prompts, boards, tool schemas as JSON, well-formed and malformed calls, env replies
-    (moves, errors, retries, endings). Episodes are played by a random player against random
-    opponents; repeats are kept so frequencies stay representative."""
+    (moves, errors with the parser's messages, retries, endings).
+
+    Episodes are played by a random player against random opponents, half with
+    invalid_action="end" and half "retry"; repeats are kept so frequencies stay representative.
+    """
     rng = random.Random(seed)
     texts = [d.target for d in warmstart_examples(EnvConfig(), episodes, seed, 0.5, 0.2)]
     for name in ("tictactoe_move", "tictactoe", "connect_four"):
@@ -110,20 +113,23 @@ def corpus_texts(episodes: int = 60, seed: int = 0) -> list[str]:
             reset = env.reset(rng.randrange(2**31))
             texts += [m.content for m in reset.messages]
             texts += [json.dumps(t.as_dict()) for t in reset.tools]
-            texts += _random_play(env, reset.tools[0].name, rng)
+            texts += _random_play(env, reset, rng)
     return texts
 
 
-def _random_play(env: Env, tool: str, rng: random.Random) -> list[str]:
-    """Calls and replies of one random-player episode (a few turns are deliberate errors)."""
-    arg, top = ("column", 7) if tool == "drop_piece" else ("square", 9)
+def _random_play(env: Env, reset: EnvReset, rng: random.Random) -> list[str]:
+    """Calls and replies of one random-player episode. Some turns are malformed on purpose
+    and go through the real parser, so the corpus holds its actual error messages."""
+    tool = reset.tools[0]
+    arg, top = ("column", 7) if tool.name == "drop_piece" else ("square", 9)
     texts = []
     for _ in range(100):
+        text = format_tool_call(ToolCall(tool.name, {arg: rng.randint(1, top)}))
         if rng.random() < 0.15:
-            turn: ParsedTurn = ToolCallError(rng.choice(list(ToolCallErrorKind)), "not a call")
-        else:
-            turn = ToolCall(tool, {arg: rng.randint(1, top)})
-            texts.append(format_tool_call(turn))
+            text = malformed_call(rng.randint(1, top), rng).replace("choose_square", tool.name)
+            text = text.replace('"square"', f'"{arg}"')
+        texts.append(text)
+        turn: ParsedTurn = parse_tool_call(text, reset.tools)
         step = env.step(turn)
         texts += [m.content for m in step.messages]
         if step.terminated or step.truncated:

@@ -130,7 +130,7 @@ class GameEnv:
             raise RuntimeError("step() after the episode ended; call reset()")
         move = read_move(turn, self.spec.tool, self.spec.arg, self.spec.num_moves)
         if isinstance(move, ToolCallError):
-            reason = f"Invalid tool call ({move.kind.value}): {move.message}."
+            reason = f"Invalid tool call ({move.kind.value}): {move.message.rstrip('.')}."
             return self._invalid(reason, move.kind.value)
         if move not in self.spec.legal_moves(self.board):
             return self._invalid(f"Illegal move: {self.spec.arg} {move} {self.spec.taken}.",

@@ -39,6 +39,28 @@ def opening_board(seed: int) -> rules.Board:
             return board
 
 
+def move_outcome(board: rules.Board, agent: str, square: int) -> str:
+    """"illegal_move" | "win" | "best" | "legal" for `agent` (to move) naming `square` (1-9)."""
+    if square not in rules.legal_moves(board):
+        return "illegal_move"
+    if square in rules.winning_moves(board, agent):
+        return "win"
+    if square in rules.best_moves(board, agent):
+        return "best"
+    return "legal"
+
+
+def outcome_reward(outcome: str, cfg: EnvConfig) -> float:
+    """The reward-table entry of an outcome (see the module docstring)."""
+    return float({
+        "invalid_call": cfg.reward_invalid,
+        "illegal_move": cfg.reward_invalid,
+        "legal": cfg.reward_legal,
+        "best": cfg.reward_best,
+        "win": cfg.reward_win,
+    }[outcome])
+
+
 class TicTacToeMoveEnv:
     """One scored move on a random mid-game board; implements `arl.protocols.Env`.
 
@@ -74,27 +96,22 @@ class TicTacToeMoveEnv:
             raise RuntimeError("step() after the episode ended; call reset()")
         self._done = True
         outcome, square, text, extra = self._score(turn)
-        reward = {
-            "invalid_call": self._cfg.reward_invalid,
-            "illegal_move": self._cfg.reward_invalid,
-            "legal": self._cfg.reward_legal,
-            "best": self._cfg.reward_best,
-            "win": self._cfg.reward_win,
-        }[outcome]
+        reward = outcome_reward(outcome, self._cfg)
         info = {"outcome": outcome, "square": square,
                 "invalid": outcome in ("invalid_call", "illegal_move"), **extra}
-        return EnvStep((Message("tool", text),), float(reward), True, False, info)
+        return EnvStep((Message("tool", text),), reward, True, False, info)
 
     def _score(self, turn: ParsedTurn) -> tuple[str, int | None, str, dict[str, str]]:
         """(outcome, square, reply text, extra info) of the turn on the current board."""
         move = read_move(turn, CHOOSE_SQUARE, "square", 9)
         if isinstance(move, ToolCallError):
-            text = f"Invalid tool call ({move.kind.value}): {move.message}."
+            text = f"Invalid tool call ({move.kind.value}): {move.message.rstrip('.')}."
             return "invalid_call", None, text, {"error_kind": move.kind.value}
-        if move not in rules.legal_moves(self.board):
-            return "illegal_move", move, f"Illegal move: square {move} is taken.", {}
-        if move in rules.winning_moves(self.board, self.agent):
-            return "win", move, f"You played square {move}: a winning move.", {}
-        if move in rules.best_moves(self.board, self.agent):
-            return "best", move, f"You played square {move}: a best move.", {}
-        return "legal", move, f"You played square {move}: legal, but not the best.", {}
+        outcome = move_outcome(self.board, self.agent, move)
+        text = {
+            "illegal_move": f"Illegal move: square {move} is taken.",
+            "win": f"You played square {move}: a winning move.",
+            "best": f"You played square {move}: a best move.",
+            "legal": f"You played square {move}: legal, but not the best.",
+        }[outcome]
+        return outcome, move, text, {}

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
@@ -76,7 +75,8 @@ def save_checkpoint(
     """Write `state` as a checkpoint at `directory` (which must not exist yet) and return it.
 
     `extra_json` must be JSON-serialisable (e.g. the run config, rollout RNG seeds). Raises
-    FileExistsError if `directory` exists, TypeError if anything meant for JSON is not.
+    FileExistsError if `directory` exists; TypeError or ValueError if anything meant for
+    JSON is not JSON (NaN included).
     """
     target = Path(directory).absolute()
     if target.exists():
@@ -123,7 +123,8 @@ def load_checkpoint(directory: str | os.PathLike) -> Checkpoint:
         raise CheckpointError(f"{root / MANIFEST_FILE}: not a format-{FORMAT} checkpoint manifest")
     if set(manifest["files"]) != set(DATA_FILES):
         raise CheckpointError(
-            f"{root / MANIFEST_FILE}: lists {sorted(manifest['files'])}, expected {list(DATA_FILES)}"
+            f"{root / MANIFEST_FILE}: lists {sorted(manifest['files'])}, "
+            f"expected {list(DATA_FILES)}"
         )
     for name, meta in manifest["files"].items():
         _verify(root / name, meta)

@@ -145,10 +145,14 @@ class GSPOLearner:
         out = torch.zeros(mini.input_ids.shape, dtype=torch.float32)
         start = 0
         for micro in mini.split(self.cfg.micro_batch_size):
-            logprobs = token_logprobs(self.model, micro.input_ids, micro.attention_mask, temperature)
+            logprobs = self._logprobs(micro, temperature)
             out[start : start + micro.size, : logprobs.shape[1]] = logprobs
             start += micro.size
         return out
+
+    def _logprobs(self, micro: Batch, temperature: float) -> torch.Tensor:
+        """[b, t] float32 logprobs of a micro-batch's ids under the current weights."""
+        return token_logprobs(self.model, micro.input_ids, micro.attention_mask, temperature)
 
     def _optimizer_step(self, mini: Batch, temperature: float) -> _MiniResult:
         """Accumulate the mini-batch gradient over micro-batches; clip; step unless non-finite."""
@@ -156,7 +160,7 @@ class GSPOLearner:
         self.optimizer.zero_grad(set_to_none=True)
         loss, outputs, tokens = 0.0, [], 0
         for micro in mini.split(cfg.micro_batch_size):
-            logprobs = token_logprobs(self.model, micro.input_ids, micro.attention_mask, temperature)
+            logprobs = self._logprobs(micro, temperature)
             out = self.loss_fn(
                 logprobs, micro.old_logprobs, micro.advantages, micro.loss_mask,
                 cfg.clip_low, cfg.clip_high, mini.size,  # global normaliser: the mini-batch

@@ -7,6 +7,7 @@ from arl.types import ToolCall
 from envs import connect_four_rules as rules
 from envs import make_env
 from envs.connect_four_rules import COLS, EMPTY_BOARD, ROWS
+from envs.opponents import PolicyOpponent
 
 
 def _drops(*moves: tuple[int, str]) -> rules.Board:
@@ -77,7 +78,7 @@ def test_env_full_game_against_minimax_and_rewards():
     env = make_env(cfg)
     reset = env.reset(0)
     assert [t.name for t in reset.tools] == ["drop_piece"]
-    assert reset.messages[1].content.endswith("1 2 3 4 5 6 7\nYou are " + env.agent + ". Your move.")
+    assert reset.messages[1].content.endswith(f"1 2 3 4 5 6 7\nYou are {env.agent}. Your move.")
     step = None
     while step is None or not step.terminated:  # always column 1, then the lowest open one
         step = env.step(ToolCall("drop_piece", {"column": rules.legal_moves(env.board)[0]}))
@@ -96,16 +97,19 @@ def test_env_refuses_a_full_column():
     assert step.messages[0].content.startswith("Illegal move: column 1 is full.")
 
 
-def test_env_win():
-    cfg = EnvConfig(name="connect_four", opponent="random")
-    env = make_env(cfg)
-    env.reset(next(s for s in range(50) if env.reset(s) and env.agent == "X"))
-    step = None
-    for _ in range(21):  # stack column 4 until four in a row or the random opponent blocks
-        column = 4 if 4 in rules.legal_moves(env.board) else rules.legal_moves(env.board)[0]
-        step = env.step(ToolCall("drop_piece", {"column": column}))
-        if step.terminated:
-            break
-    assert step.terminated
-    assert step.info["outcome"] in ("win", "loss", "draw")
-    assert step.reward == {"win": 1.0, "loss": -1.0, "draw": 0.0}[step.info["outcome"]]
+def test_env_win_as_either_mark():
+    def spread_out(board, player, rng):  # columns 1, 2, 3, 5: never four of its own
+        return (1, 2, 3, 5)[sum(cell == player for cell in board)]
+
+    opponent = PolicyOpponent(spread_out, rules.legal_moves)
+    cfg = EnvConfig(name="connect_four", opponent="policy")
+    env = make_env(cfg, opponent)
+    agents = set()
+    for seed in range(4):
+        env.reset(seed)
+        agents.add(env.agent)
+        steps = [env.step(ToolCall("drop_piece", {"column": 4})) for _ in range(4)]
+        assert [s.terminated for s in steps] == [False, False, False, True]
+        assert steps[-1].reward == 1.0 and steps[-1].info["outcome"] == "win"
+        assert steps[-1].info["columns"] == [4, 4, 4, 4]
+    assert agents == {"X", "O"}

@@ -1,0 +1,104 @@
+"""Warm-start demos: the configured mix, determinism, targets that mean what their kind says,
+and a starting reward near -0.5 on the tictactoe_move table."""
+
+from collections import Counter
+
+import pytest
+
+from arl.config import EnvConfig
+from arl.tools import format_tool_call
+from arl.types import ToolCall, ToolCallError
+from envs import tictactoe_rules as rules
+from envs.demos import corpus_texts, warmstart_examples
+from envs.tictactoe_move import move_outcome, outcome_reward
+
+try:
+    from arl.tools import parse_tool_call
+except ImportError:  # written by another engineer; fall back to comparing text
+    parse_tool_call = None
+
+
+def _board_of(demo) -> rules.Board:
+    """Read the board back from the prompt, as the model has to."""
+    lines = demo.reset.messages[1].content.splitlines()[:3]
+    cells = "".join(lines).replace("|", "")
+    return tuple(c if c in "XO" else rules.EMPTY for c in cells)
+
+
+def _square_of(text: str) -> int | None:
+    for square in range(1, 10):
+        if text == format_tool_call(ToolCall("choose_square", {"square": square})):
+            return square
+    return None
+
+
+@pytest.fixture(scope="module")
+def demos():
+    return warmstart_examples(EnvConfig(), n=2000, seed=0, malformed_fraction=0.2,
+                              illegal_fraction=0.45)
+
+
+def test_fractions_are_as_configured(demos):
+    counts = Counter(d.kind for d in demos)
+    assert abs(counts["malformed"] / 2000 - 0.2) < 0.01
+    assert abs(counts["illegal"] / 2000 - 0.45) < 0.01
+    assert counts["legal"] + counts["illegal"] + counts["malformed"] == 2000
+
+
+def test_deterministic_per_seed():
+    a = warmstart_examples(EnvConfig(), 50, 3, 0.2, 0.45)
+    assert a == warmstart_examples(EnvConfig(), 50, 3, 0.2, 0.45)
+    assert a != warmstart_examples(EnvConfig(), 50, 4, 0.2, 0.45)
+
+
+def test_targets_name_the_intended_squares(demos):
+    for demo in demos:
+        board, square = _board_of(demo), _square_of(demo.target)
+        if demo.kind == "legal":
+            assert square in rules.legal_moves(board), demo
+        elif demo.kind == "illegal":
+            assert square in rules.occupied_squares(board), demo
+        else:
+            assert square is None, demo
+
+
+@pytest.mark.skipif(parse_tool_call is None, reason="arl.tools.parse_tool_call not there yet")
+def test_targets_parse_as_their_kind(demos):
+    error_kinds = Counter()
+    for demo in demos:
+        parsed = parse_tool_call(demo.target, demo.reset.tools)
+        if demo.kind == "malformed":
+            assert isinstance(parsed, ToolCallError), demo.target
+            error_kinds[parsed.kind] += 1
+        else:
+            assert parsed == ToolCall("choose_square", {"square": _square_of(demo.target)})
+    assert len(error_kinds) >= 3  # a varied set of mistakes, not one
+
+
+def test_legal_moves_are_random_not_strategic(demos):
+    legal = [d for d in demos if d.kind == "legal"]
+    outcomes = Counter(_outcome(d) for d in legal)
+    assert outcomes["legal"] / len(legal) > 0.2  # minimax targets would never be merely legal
+
+
+def _outcome(demo) -> str:
+    board = _board_of(demo)
+    return move_outcome(board, rules.to_move(board), _square_of(demo.target))
+
+
+def test_starting_reward_is_about_minus_one_half(demos):
+    """Score each target on the env's reward table: only legal targets escape -1."""
+    cfg = EnvConfig()
+    total = sum(outcome_reward(_outcome(d) if d.kind == "legal" else "invalid_call", cfg)
+                for d in demos)
+    assert -0.6 < total / len(demos) < -0.4
+
+
+def test_corpus_covers_all_three_envs():
+    texts = corpus_texts(episodes=10, seed=0)
+    assert texts == corpus_texts(episodes=10, seed=0)
+    joined = "\n".join(texts)
+    for needle in ("choose_square", "drop_piece", '"parameters"', "1 2 3 4 5 6 7", "X|2|",
+                   "You win.", "Game over.", "Try again", "Invalid tool call"):
+        assert needle in joined, needle
+    assert all(isinstance(t, str) and t for t in texts)
