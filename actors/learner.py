@@ -38,4 +38,4 @@ class LearnerWorker:
         return self.learner.export_weights()
 
     def save_checkpoint(self, directory: str, step: int, extra: dict) -> None:
-        save_checkpoint(directory, self.learner, step, extra)
+        save_checkpoint(directory, self.learner.state_dict_for_checkpoint(), step, extra)

@@ -131,7 +131,9 @@ def test_same_seed_same_output_and_other_seed_differs(bf16):
     [
         ("fp32", 1e-4, 0.7, 0.9),
         ("fp32", 1e-4, 0.0, 1.0),  # greedy: logprobs under temperature 1
-        ("bf16", 1e-2, 1.0, 0.8),
+        # bf16 logits of |x| ~ 5 are quantised in steps of ~0.03, and the cached and the
+        # full-pass computations round differently: bound the worst token loosely, the mean tightly.
+        ("bf16", 5e-2, 1.0, 0.8),
     ],
 )
 def test_logprobs_match_a_full_forward_pass(request, engine_name, atol, temperature, top_p):
@@ -147,6 +149,7 @@ def test_logprobs_match_a_full_forward_pass(request, engine_name, atol, temperat
         expected = logp.gather(1, torch.from_numpy(gen.token_ids).long()[:, None]).squeeze(1)
         assert gen.logprobs.dtype == np.float32 and gen.token_ids.dtype == np.int32
         np.testing.assert_allclose(gen.logprobs, expected.numpy(), atol=atol)
+        assert np.abs(gen.logprobs - expected.numpy()).mean() < min(atol, 1e-2)
 
 
 def test_stop_id_ends_a_row_and_max_new_tokens_cuts_it(model_dir, fp32):
