@@ -7,8 +7,12 @@ import os
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
-from transformers import PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 _LOGPROB_CHUNK_TOKENS = 4096  # rows of logits turned into fp32 at once (bounds peak memory)

@@ -2,7 +2,8 @@
 small random Qwen2 causal LM, built locally because no model hub is reachable.
 
 Contracts that the rest of arl relies on:
-- Any text encodes and `decode(encode(x)) == x` (byte-level BPE over all 256 bytes).
+- Any text encodes (byte-level BPE over all 256 bytes) and `decode(encode(x)) == x` for NFC
+  text (all ASCII is NFC); other text comes back NFC-composed, as with Qwen2's own tokenizer.
 - `<|endoftext|>` (pad), `<|im_start|>`, `<|im_end|>` (eos = end of turn) are special tokens;
   `<tool_call>`, `</tool_call>`, `<tool_response>`, `</tool_response>` are single added tokens that
   are NOT special, so decoding with `skip_special_tokens=True` (vLLM's default) keeps the call tags.
@@ -11,8 +12,9 @@ Contracts that the rest of arl relies on:
   + ids(template delta for the next messages + generation prompt) + ...; the RL loop appends
   those pieces without ever re-tokenizing a whole conversation. (The one non-special seam is
   `<|im_start|>assistant\\n` + the sampled text, and the engine samples those ids itself.)
-- The pre-tokenizer, normalizer and decoder are exactly Qwen2's, because transformers 5 rebuilds
-  them as Qwen2's for any folder whose config says `qwen2`; so a saved folder reloads unchanged.
+- The normalizer (NFC), pre-tokenizer and decoder are exactly Qwen2's, because transformers 5
+  rebuilds them as Qwen2's for any folder whose config says `qwen2`; so a saved folder reloads
+  unchanged.
 """
 
 from __future__ import annotations
@@ -23,8 +25,16 @@ import tempfile
 from collections.abc import Iterable, Sequence
 
 import torch
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers
-from tokenizers import pre_tokenizers, trainers
+from tokenizers import (
+    AddedToken,
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    trainers,
+)
 from transformers import (
     GenerationConfig,
     PreTrainedModel,
@@ -36,7 +46,7 @@ from transformers.utils.chat_template_utils import render_jinja_template
 
 from arl.types import Message, ToolSchema
 
-PAD_TOKEN = "<|endoftext|>"
+PAD_TOKEN = "<|endoftext|>"  # noqa: S105 (a token, not a password)
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"  # eos: ends every turn
 SPECIAL_TOKENS = (PAD_TOKEN, IM_START, IM_END)
@@ -100,7 +110,9 @@ def build_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokeniz
     for a given corpus. The chat template is attached as `tokenizer.chat_template`."""
     reserved = len(SPECIAL_TOKENS) + len(TOOL_TOKENS) + 256
     if vocab_size < reserved:
-        raise ValueError(f"vocab_size must be >= {reserved} (specials + 256 bytes), got {vocab_size}")
+        raise ValueError(
+            f"vocab_size must be >= {reserved} (7 added tokens + 256 bytes), got {vocab_size}"
+        )
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([

@@ -13,7 +13,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from actors.engines.hf import HFEngine
+from actors.engines.hf import HFEngine, _sample_inverse_cdf, _top_p_filter
 from arl.protocols import RolloutEngine
 from arl.types import SamplingParams
 
@@ -45,6 +45,15 @@ def _save_tiny_model(path, seed: int) -> None:
     )
     torch.manual_seed(seed)
     Qwen2ForCausalLM(config).save_pretrained(path)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """A model this small gains nothing from threads; on a shared CPU they only add waiting."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +105,7 @@ def test_greedy_batch_equals_each_prompt_alone(model_dir, fp32):
     batched = fp32.generate(prompts, _greedy(12))
     assert [len(g.token_ids) for g in batched] == [12] * 6
     assert len({tuple(g.token_ids.tolist()) for g in batched}) > 1
-    for prompt, gen in zip(prompts, batched):
+    for prompt, gen in zip(prompts, batched, strict=True):
         alone = fp32.generate([prompt], _greedy(12))[0]
         assert gen.token_ids.tolist() == alone.token_ids.tolist()
         np.testing.assert_allclose(gen.logprobs, alone.logprobs, atol=1e-4)
@@ -105,7 +114,7 @@ def test_greedy_batch_equals_each_prompt_alone(model_dir, fp32):
     engine = HFEngine(model_dir, dtype="float32", stop_token_ids=[stop])
     stopped = engine.generate(prompts, _greedy(12))
     assert stopped[0].finished and len(stopped[0].token_ids) <= 5
-    for prompt, gen in zip(prompts, stopped):
+    for prompt, gen in zip(prompts, stopped, strict=True):
         assert gen.token_ids.tolist() == _ids(engine.generate([prompt], _greedy(12)))[0]
 
 
@@ -120,7 +129,7 @@ def test_same_seed_same_output_and_other_seed_differs(bf16):
     params = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=10, seed=7)
     first, again = bf16.generate(prompts, params), bf16.generate(prompts, params)
     assert _ids(first) == _ids(again)
-    for a, b in zip(first, again):
+    for a, b in zip(first, again, strict=True):
         np.testing.assert_array_equal(a.logprobs, b.logprobs)
     other = bf16.generate(prompts, SamplingParams(1.0, 1.0, 10, seed=8))
     assert _ids(other) != _ids(first)
@@ -141,7 +150,7 @@ def test_logprobs_match_a_full_forward_pass(request, engine_name, atol, temperat
     prompts = _prompts(5, seed=2)
     params = SamplingParams(temperature, top_p, max_new_tokens=10, seed=3)
     scale = temperature if temperature > 0 else 1.0
-    for prompt, gen in zip(prompts, engine.generate(prompts, params)):
+    for prompt, gen in zip(prompts, engine.generate(prompts, params), strict=True):
         ids = torch.tensor([prompt + gen.token_ids.tolist()])
         with torch.inference_mode():
             logits = engine.model(input_ids=ids).logits[0].float()
@@ -176,6 +185,22 @@ def test_tiny_top_p_is_greedy(fp32):
     assert _ids(nucleus) == _ids(fp32.generate(prompts, _greedy(8)))
 
 
+def test_sampler_frequencies_follow_probs_and_skip_zero_mass():
+    probs = torch.tensor([[0.5, 0.0, 0.3, 0.2, 0.0]]).repeat(40_000, 1) * 3.0  # unnormalised
+    ids = _sample_inverse_cdf(probs, torch.Generator().manual_seed(0))
+    counts = torch.bincount(ids, minlength=5).float() / len(ids)
+    assert counts[1] == 0 and counts[4] == 0
+    np.testing.assert_allclose(counts.numpy(), [0.5, 0.0, 0.3, 0.2, 0.0], atol=0.01)
+
+
+def test_top_p_filter_keeps_the_smallest_nucleus():
+    logp = torch.tensor([[0.15, 0.5, 0.05, 0.3]]).log()
+    kept = torch.isfinite(_top_p_filter(logp, 0.7))
+    assert kept.tolist() == [[False, True, False, True]]  # 0.5 + 0.3 reaches 0.7
+    assert torch.isfinite(_top_p_filter(logp, 1e-6)).sum() == 1
+    assert torch.isfinite(_top_p_filter(logp, 0.99)).all()
+
+
 def _numpy_state(model_dir) -> dict[str, np.ndarray]:
     model = Qwen2ForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     return {k: v.numpy() for k, v in model.state_dict().items()}
@@ -196,13 +221,15 @@ def test_update_weights_loads_another_model(model_dir, other_model_dir, drop):
     assert _ids(engine.generate(prompts, _greedy(8))) == target
 
 
-def test_update_weights_casts_to_bf16(other_model_dir, bf16, model_dir):
+def test_update_weights_casts_to_bf16(model_dir, other_model_dir):
     engine = HFEngine(model_dir, dtype="bfloat16")
     engine.update_weights(_numpy_state(other_model_dir), version=1)
     assert engine.model.model.embed_tokens.weight.dtype == torch.bfloat16
     reference = HFEngine(other_model_dir, dtype="bfloat16")
     prompts = _prompts(3, seed=7)
-    assert _ids(engine.generate(prompts, _greedy(6))) == _ids(reference.generate(prompts, _greedy(6)))
+    assert _ids(engine.generate(prompts, _greedy(6))) == _ids(
+        reference.generate(prompts, _greedy(6))
+    )
 
 
 def test_update_weights_rejects_wrong_keys_and_shapes(model_dir, other_model_dir):

@@ -1,0 +1,52 @@
+"""Shared fixtures: a real tiny model built offline, once per test session.
+
+`tiny_model_dir` is a random tiny model with the project's tokenizer; `warm_model_dir` has
+also had a short supervised pass on the warm-start transcripts, so that its rollouts mix
+valid and invalid calls and rewards vary within groups (the learner then has work to do).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from arl.config import EnvConfig
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread_per_process():
+    # Two cores are shared by the test process and any Ray workers it starts.
+    import torch
+
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    from envs.demos import corpus_texts
+    from learner.tiny import build_tiny_model, build_tokenizer, save_model_dir
+
+    path = str(tmp_path_factory.mktemp("models") / "tiny-random")
+    tokenizer = build_tokenizer(corpus_texts(seed=0), 400)
+    model = build_tiny_model(tokenizer, hidden_size=64, num_layers=2, num_heads=2, seed=0)
+    save_model_dir(model, tokenizer, path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def warm_model_dir(tmp_path_factory, tiny_model_dir) -> str:
+    from envs.demos import warmstart_examples
+    from learner.model import load_model
+    from learner.sft import supervised_finetune
+    from learner.tiny import save_model_dir
+
+    path = str(tmp_path_factory.mktemp("models") / "tiny-warm")
+    model, tokenizer = load_model(tiny_model_dir, dtype="float32")
+    demos = warmstart_examples(EnvConfig(), 384, seed=0, malformed_fraction=0.2,
+                               illegal_fraction=0.3)
+    examples = [(d.reset.messages, d.reset.tools, d.target) for d in demos]
+    supervised_finetune(model, tokenizer, examples, epochs=2, lr=3e-3, batch_size=32, seed=0)
+    save_model_dir(model, tokenizer, path)
+    assert os.path.isdir(path)
+    return path

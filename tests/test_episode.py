@@ -1,0 +1,118 @@
+"""The episode loop is token-exact: sampled ids survive unchanged, env ids are never trained."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from actors.engines.hf import HFEngine
+from arl.config import EnvConfig
+from arl.episode import ChatRenderer, parse_turn, run_episodes
+from arl.types import Message, SamplingParams
+from envs import make_env
+
+RETRY_GAME = EnvConfig(name="tictactoe", opponent="random", invalid_action="retry", max_retries=2)
+
+
+class RecordingEngine:
+    """Passes every call through to a real engine and keeps what went in and came out."""
+
+    def __init__(self, engine: HFEngine):
+        self.engine = engine
+        self.calls: list[tuple[list[list[int]], list]] = []
+
+    @property
+    def version(self) -> int:
+        return self.engine.version
+
+    def generate(self, prompts, params):
+        out = self.engine.generate(prompts, params)
+        self.calls.append(([list(p) for p in prompts], out))
+        return out
+
+    def update_weights(self, weights, version):
+        self.engine.update_weights(weights, version)
+
+
+def _segments(mask: np.ndarray) -> list[tuple[int, int, int]]:
+    """(start, end, value) runs of equal mask values."""
+    runs, start = [], 0
+    for i in range(1, len(mask) + 1):
+        if i == len(mask) or mask[i] != mask[start]:
+            runs.append((start, i, int(mask[start])))
+            start = i
+    return runs
+
+
+def _play(model_dir, env_cfg, seeds, max_new_tokens=24, max_turns=6):
+    engine = RecordingEngine(HFEngine(model_dir, dtype="float32"))
+    tok = engine.engine.get_tokenizer()
+    renderer = ChatRenderer(tok, stop_token=tok.eos_token)
+    starts = [(make_env(env_cfg), s, i) for i, s in enumerate(seeds)]
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=7)
+    return engine, renderer, run_episodes(engine, renderer, starts, params, max_turns=max_turns)
+
+
+@pytest.mark.parametrize("max_new_tokens", [24, 3])
+def test_sampled_ids_survive_and_env_ids_are_masked(warm_model_dir, max_new_tokens):
+    engine, renderer, trajs = _play(warm_model_dir, RETRY_GAME, range(6), max_new_tokens)
+    assert any(t.num_turns > 1 for t in trajs), "need multi-turn episodes"
+    sampled = {i: [] for i in range(len(trajs))}
+    # Turn k goes to the episodes still live, in order: those that played more than k turns.
+    for k, (prompts, generations) in enumerate(engine.calls):
+        live = [i for i, t in enumerate(trajs) if t.num_turns > k]
+        assert len(live) == len(prompts)
+        for i, prompt, gen in zip(live, prompts, generations):
+            t = trajs[i]
+            end = len(prompt) + len(gen.token_ids)
+            # The prompt is exactly the trajectory so far, and the sampled ids follow unchanged.
+            assert t.token_ids[: len(prompt)].tolist() == prompt
+            assert t.token_ids[len(prompt) : end].tolist() == gen.token_ids.tolist()
+            np.testing.assert_array_equal(t.sampler_logprobs[len(prompt) : end], gen.logprobs)
+            sampled[i].extend(gen.token_ids.tolist())
+    for i, t in enumerate(trajs):
+        # Exactly the sampled ids carry mask 1; everything else (prompt, env replies) is 0.
+        assert t.token_ids[t.loss_mask == 1].tolist() == sampled[i]
+        assert (t.sampler_logprobs[t.loss_mask == 0] == 0).all()
+        runs = [v for _, _, v in _segments(t.loss_mask)]
+        assert runs[0] == 0 and runs[-1] == 1 and runs.count(1) == t.num_turns
+
+
+def test_trajectory_decodes_to_the_rendered_conversation(warm_model_dir):
+    """Replaying the env independently and rendering the whole chat gives the same text."""
+    _, renderer, trajs = _play(warm_model_dir, RETRY_GAME, range(6))
+    tok = renderer.tokenizer
+    for seed, t in enumerate(trajs):
+        env = make_env(RETRY_GAME)
+        start = env.reset(seed)
+        messages = list(start.messages)
+        for a, b, value in _segments(t.loss_mask):
+            if value != 1:
+                continue
+            ids = t.token_ids[a:b]
+            finished = ids[-1] == renderer.stop_id
+            text = tok.decode(ids[:-1] if finished else ids, skip_special_tokens=False)
+            messages.append(Message("assistant", text))
+            step = env.step(parse_turn(text, bool(finished), start.tools))
+            messages.extend(step.messages)
+        rendered = tok.apply_chat_template(
+            [m.as_dict() for m in messages], tools=[x.as_dict() for x in start.tools],
+            tokenize=False,
+        )
+        decoded = tok.decode(t.token_ids.tolist(), skip_special_tokens=False)
+        # The last assistant turn is the final one: the env's closing reply is not appended.
+        assert rendered.startswith(decoded.removesuffix(tok.eos_token)), (decoded, rendered)
+
+
+def test_cut_off_turn_is_never_a_move(warm_model_dir):
+    _, _, trajs = _play(warm_model_dir, EnvConfig(), range(8), max_new_tokens=2)
+    for t in trajs:
+        assert t.reward == -1.0 and t.num_invalid_calls == 1
+        assert t.info["error_kind"] == "truncated"
+
+
+def test_same_seed_same_batch(warm_model_dir):
+    _, _, a = _play(warm_model_dir, RETRY_GAME, range(4))
+    _, _, b = _play(warm_model_dir, RETRY_GAME, range(4))
+    for x, y in zip(a, b):
+        assert x.token_ids.tolist() == y.token_ids.tolist() and x.reward == y.reward
