@@ -102,7 +102,7 @@ class WarmstartConfig:
     batch_size: int = 32
     malformed_fraction: float = 0.2  # transcripts whose call does not parse
     illegal_fraction: float = 0.45  # well-formed calls on an occupied square
-    vocab_size: int = 400
+    vocab_size: int = 768  # the games' corpus runs out of merges near 700
     hidden_size: int = 128
     num_layers: int = 4
     num_heads: int = 4  # head size = hidden_size / num_heads, >= 32 for vLLM

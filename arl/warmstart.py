@@ -45,14 +45,17 @@ def warmstart(cfg: Config, force: bool = False) -> dict[str, object]:
     from envs.demos import corpus_texts, warmstart_examples
     from learner.model import set_torch_threads
     from learner.sft import supervised_finetune
-    from learner.tiny import build_tiny_model, build_tokenizer, save_model_dir
+    from learner.tiny import build_tiny_model, build_tokenizer, render_chat, save_model_dir
 
     set_torch_threads(os.cpu_count() or 1)
     start = time.perf_counter()
     env_cfg = dataclasses.replace(cfg.env, name=ws.env)
     demos = warmstart_examples(env_cfg, ws.examples, cfg.seed, ws.malformed_fraction,
                                ws.illegal_fraction)
-    tokenizer = build_tokenizer(corpus_texts(seed=cfg.seed), ws.vocab_size)
+    # The tokenizer learns from the env texts and from whole rendered prompts, so the fixed
+    # parts of every prompt (template, tool schema) compress into few tokens.
+    rendered = [render_chat(d.reset.messages, d.reset.tools, True) + d.target for d in demos[:500]]
+    tokenizer = build_tokenizer(corpus_texts(seed=cfg.seed) + rendered, ws.vocab_size)
     model = build_tiny_model(tokenizer, ws.hidden_size, ws.num_layers, ws.num_heads, cfg.seed)
     examples = [(d.reset.messages, d.reset.tools, d.target) for d in demos]
     losses = supervised_finetune(model, tokenizer, examples, ws.epochs, ws.lr, ws.batch_size,

@@ -76,8 +76,9 @@ def token_logprobs(
         use_cache=False,
     ).logits  # [B, T, V], model dtype
     batch, length = input_ids.shape
-    flat_logits = logits[:, :-1].reshape(-1, logits.shape[-1])  # predicts ids[:, 1:]
-    flat_targets = input_ids[:, 1:].reshape(-1)
+    flat_logits = logits.reshape(-1, logits.shape[-1])  # a view: no copy of the logits
+    # row (b, t) predicts ids[b, t + 1]; the wrapped-around last column is dropped below
+    flat_targets = torch.roll(input_ids, -1, dims=1).reshape(-1)
     use_checkpoint = torch.is_grad_enabled() and flat_logits.requires_grad
     pieces = []
     for start in range(0, flat_targets.numel(), _LOGPROB_CHUNK_TOKENS):
@@ -87,7 +88,7 @@ def token_logprobs(
             pieces.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False))
         else:
             pieces.append(_chunk_logprobs(*args))
-    shifted = torch.cat(pieces).view(batch, length - 1)
+    shifted = torch.cat(pieces).view(batch, length)[:, :-1]  # [B, T-1]: entries 1..T-1
     # where(), not multiply: logits at padded positions may be garbage, and NaN * 0 is NaN.
     valid = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()
     shifted = torch.where(valid, shifted, torch.zeros_like(shifted))

@@ -185,7 +185,8 @@ def save_model_dir(
     """Write a normal HF folder (config.json, generation_config.json, model.safetensors,
     tokenizer.json, tokenizer_config.json, chat_template.jinja) at `path`, replacing any folder
     there. Atomic: the folder is written next to `path` and renamed into place, so a crash
-    leaves either the old folder or the new one, never half of one."""
+    leaves the old folder or the new one (or, between the two renames, none: the old one then
+    waits in a hidden `.NAME.old-*` sibling), never half of one."""
     path = os.path.abspath(os.fspath(path))
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
@@ -193,6 +194,7 @@ def save_model_dir(
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; a model folder is shared read-only
         old = None
         if os.path.exists(path):
             old = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.old-")

@@ -42,11 +42,11 @@ def warm_model_dir(tmp_path_factory, tiny_model_dir) -> str:
     from learner.tiny import save_model_dir
 
     path = str(tmp_path_factory.mktemp("models") / "tiny-warm")
-    model, tokenizer = load_model(tiny_model_dir, dtype="float32")
+    model, tokenizer = load_model(tiny_model_dir, dtype="bfloat16")
     demos = warmstart_examples(EnvConfig(), 384, seed=0, malformed_fraction=0.2,
                                illegal_fraction=0.3)
     examples = [(d.reset.messages, d.reset.tools, d.target) for d in demos]
-    supervised_finetune(model, tokenizer, examples, epochs=2, lr=3e-3, batch_size=32, seed=0)
+    supervised_finetune(model, tokenizer, examples, epochs=2, lr=1e-2, batch_size=16, seed=0)
     save_model_dir(model, tokenizer, path)
     assert os.path.isdir(path)
     return path

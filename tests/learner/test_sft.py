@@ -102,6 +102,7 @@ def test_same_seed_same_losses_and_weights():
     for pa, pb in zip(model_a.parameters(), model_b.parameters(), strict=True):
         assert torch.equal(pa, pb)
     assert not model_a.training
+    assert model_a.config._attn_implementation == "sdpa"  # restored after the CPU-only switch
 
 
 def test_short_finetune_teaches_the_tool_call_format():

@@ -11,6 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+import learner.model as model_module
 from arl.types import Message, ToolSchema
 from learner.model import load_model, set_torch_threads, token_logprobs
 from learner.tiny import (
@@ -260,6 +261,26 @@ def test_token_logprobs_ignore_left_padding_and_backprop(tok, saved):
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
     model.zero_grad(set_to_none=True)
+
+
+def test_token_logprobs_chunked_checkpointed_equals_plain(tok, saved, monkeypatch):
+    """Grad on or off, chunked or not: the same values (bit for bit: the learner's old and new
+    logprobs must agree) and the same gradients."""
+    _, model = saved
+    ids = torch.tensor([_ids(tok, "X|2|O\n4|X|6 go"), _ids(tok, "1|2|3\n4|5|6 ok")])[:, :9]
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        reference = token_logprobs(model, ids, mask)
+    grads = []
+    for chunk in (4096, 5):  # 5 rows: chunks straddle the two sequences
+        monkeypatch.setattr(model_module, "_LOGPROB_CHUNK_TOKENS", chunk)
+        out = token_logprobs(model, ids, mask)
+        assert torch.equal(out.detach(), reference)
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+        model.zero_grad(set_to_none=True)
+    for a, b in zip(*grads, strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
 
 
 def test_set_torch_threads_can_be_called_twice():
