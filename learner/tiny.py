@@ -104,10 +104,14 @@ def render_chat(
 
 
 def build_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE on `corpus` (e.g. rendered conversations; special and tool tokens
-    in it are split out, never learnt) with at most `vocab_size` ids in all: 7 special/added
-    tokens, 256 byte tokens, then merges (fewer if the corpus runs out of pairs). Deterministic
-    for a given corpus. The chat template is attached as `tokenizer.chat_template`."""
+    """Train a byte-level BPE on `corpus` with at most `vocab_size` ids in all: 7 special/added
+    tokens, 256 byte tokens, then merges (fewer if the corpus runs out of pairs; the model is
+    sized by len(tokenizer)). Special and tool tokens in the corpus are split out, never learnt.
+    Deterministic for a given corpus. The chat template is `tokenizer.chat_template`.
+
+    Put whole rendered conversations (`render_chat`) in the corpus, not only message texts, so
+    the template's own text earns merges: on the tictactoe_move prompt at vocab 512 that took
+    the prompt from 222 to 183 tokens."""
     reserved = len(SPECIAL_TOKENS) + len(TOOL_TOKENS) + 256
     if vocab_size < reserved:
         raise ValueError(
