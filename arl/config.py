@@ -100,8 +100,8 @@ class WarmstartConfig:
     epochs: int = 2
     lr: float = 3e-3
     batch_size: int = 32
-    malformed_fraction: float = 0.2  # transcripts whose call does not parse
-    illegal_fraction: float = 0.45  # well-formed calls on an occupied square
+    malformed_fraction: float = 0.15  # transcripts whose call does not parse
+    illegal_fraction: float = 0.5  # well-formed calls on an occupied square
     vocab_size: int = 768  # the games' corpus runs out of merges near 700
     hidden_size: int = 128
     num_layers: int = 4

@@ -1,9 +1,10 @@
 """The seed task: one tic-tac-toe move per episode, scored against perfect play.
 
 Board distribution (`opening_board`): from the empty board, play k uniformly random moves with
-k uniform in 0..7 (X first), and draw again while the result is won or full. The agent is
-whoever is to move, so it plays X on even k and O on odd k. On this table a uniformly random
-legal move earns about +0.47 on average with the default rewards.
+k uniform in 2..7 (X first), and draw again while the result is won or full. The agent is
+whoever is to move, so it plays X on even k and O on odd k. Boards start with at least two
+marks: on the empty or one-mark board nearly every move is minimax-best and no move is
+illegal, so those positions say little about the policy.
 
 Scoring of the single turn (then the episode terminates):
   invalid_call  cfg.reward_invalid  a ToolCallError, another tool, bad or out-of-range arguments
@@ -23,6 +24,7 @@ from envs import tictactoe_rules as rules
 from envs.game_env import read_move
 from envs.tictactoe import CHOOSE_SQUARE
 
+MIN_OPENING_MOVES = 2
 MAX_OPENING_MOVES = 7
 
 
@@ -31,7 +33,7 @@ def opening_board(seed: int) -> rules.Board:
     rng = random.Random(seed)
     while True:
         board = rules.EMPTY_BOARD
-        for _ in range(rng.randint(0, MAX_OPENING_MOVES)):
+        for _ in range(rng.randint(MIN_OPENING_MOVES, MAX_OPENING_MOVES)):
             if rules.is_terminal(board):
                 break
             board = rules.play(board, rng.choice(rules.legal_moves(board)), rules.to_move(board))

@@ -8,7 +8,12 @@ from arl.config import EnvConfig
 from arl.types import ToolCall, ToolCallError, ToolCallErrorKind
 from envs import make_env
 from envs import tictactoe_rules as rules
-from envs.tictactoe_move import TicTacToeMoveEnv, opening_board
+from envs.tictactoe_move import (
+    MAX_OPENING_MOVES,
+    MIN_OPENING_MOVES,
+    TicTacToeMoveEnv,
+    opening_board,
+)
 
 
 def _call(square) -> ToolCall:
@@ -38,9 +43,9 @@ def test_reset_prompt_text_and_tool():
     reset = env.reset(1)
     assert [m.role for m in reset.messages] == ["system", "user"]
     assert reset.messages[0].content == (
-        "You play tic-tac-toe as X. Reply with one choose_square tool call."
+        "You play tic-tac-toe as O. Reply with one choose_square tool call."
     )
-    assert reset.messages[1].content == "1|X|3\n4|5|O\n7|8|9\nYou are X. Your move."
+    assert reset.messages[1].content == "X|X|3\n4|5|O\n7|8|9\nYou are O. Your move."
     assert [t.name for t in reset.tools] == ["choose_square"]
     assert env.reset(1) == reset
 
@@ -53,7 +58,7 @@ def test_boards_are_live_with_the_agent_to_move_and_both_marks_occur():
         agents.add(rules.to_move(board))
         sizes.add(len(rules.occupied_squares(board)))
     assert agents == {"X", "O"}
-    assert sizes == set(range(8))
+    assert sizes == set(range(MIN_OPENING_MOVES, MAX_OPENING_MOVES + 1))
 
 
 def test_immediate_win_scores_reward_win():
