@@ -6,12 +6,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from actors.engines.hf import HFEngine
 from arl.config import EnvConfig
 from arl.episode import ChatRenderer, run_episodes
 from arl.types import SamplingParams, Trajectory
 from envs import make_env
-
-from actors.engines.hf import HFEngine
 
 
 @dataclass(frozen=True)

@@ -54,10 +54,11 @@ class ActorGroup:
         if len(args_per_member) != len(self.members):
             raise ValueError(f"{len(args_per_member)} argument sets for {len(self)} members")
         if not self.use_ray:
-            return [getattr(m, method)(*args) for m, args in zip(self.members, args_per_member)]
+            pairs = zip(self.members, args_per_member, strict=True)
+            return [getattr(m, method)(*args) for m, args in pairs]
         return [
             getattr(m, method).options(num_returns=num_returns).remote(*args)
-            for m, args in zip(self.members, args_per_member)
+            for m, args in zip(self.members, args_per_member, strict=True)
         ]
 
     def call(self, method: str, *args: Any) -> list[Any]:

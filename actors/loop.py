@@ -12,13 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from arl.config import Config, to_dict
-from arl.types import EpisodeSummary
-
 from actors import cluster as ray_cluster
 from actors.group import ActorGroup
 from actors.learner import LearnerWorker
 from actors.rollout import RolloutWorker
+from arl.config import Config, to_dict
+from arl.types import EpisodeSummary
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,8 @@ class Cluster:
     def push_weights(self, version: int) -> None:
         """One export, one put, one load call per rollout worker."""
         weights = self.learner.submit("export_weights", [()])[0]
-        self.rollout.get(self.rollout.submit("update_weights", [(weights, version)] * len(self.rollout)))
+        loads = self.rollout.submit("update_weights", [(weights, version)] * len(self.rollout))
+        self.rollout.get(loads)
 
     def save_checkpoint(self, directory: str, step: int) -> None:
         extra = {"config": to_dict(self.cfg)}

@@ -8,13 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from actors.engines.hf import HFEngine
 from arl.config import EnvConfig, ModelConfig, RolloutConfig
 from arl.episode import ChatRenderer, run_episodes
 from arl.types import EpisodeSummary, SamplingParams, Trajectory
 from envs import make_env
 from learner.model import set_torch_threads
-
-from actors.engines.hf import HFEngine
 
 
 class RolloutWorker:

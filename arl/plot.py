@@ -29,11 +29,11 @@ def plot_run(run_dir: str, out: str | None = None) -> str:
 
     rows = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
-    for ax, (title, keys) in zip(axes.flat, PANELS):
+    for ax, (title, keys) in zip(axes.flat, PANELS, strict=True):
         for key in keys:
             points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
             if points:
-                xs, ys = zip(*points)
+                xs, ys = zip(*points, strict=True)
                 ax.plot(xs, ys, label=key.split("/", 1)[1], linewidth=1)
         ax.set_title(title)
         ax.set_xlabel("step")

@@ -34,12 +34,6 @@ def start_states(cfg: Config, step: int) -> StartStates:
     return StartStates([int(s) for s in seeds], ids)
 
 
-def shard(values: list[int], parts: int) -> list[list[int]]:
-    """Split `values` into `parts` contiguous chunks of near-equal size."""
-    bounds = np.linspace(0, len(values), parts + 1).round().astype(int)
-    return [values[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-
-
 def train(cfg: Config, use_ray: bool = True) -> dict[str, float]:
     """Run `cfg.steps` GSPO steps; return the last step's metrics."""
     from actors.loop import Cluster  # heavy (ray, torch models): imported when training starts

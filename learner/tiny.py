@@ -198,7 +198,8 @@ def save_model_dir(
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private; a model folder is shared read-only
+        # mkdtemp makes the folder private (0700); others (containers, workers) read models
+        os.chmod(tmp, 0o755)  # noqa: S103
         old = None
         if os.path.exists(path):
             old = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.old-")
