@@ -12,18 +12,12 @@ from learner.collate import collate
 from learner.model import token_logprobs
 from learner.optim import lr_factor
 from learner.step import GSPOLearner
-from learner.tiny import build_tiny_model, build_tokenizer, save_model_dir
-
-CORPUS = ["<|im_start|>user\nplay a move<|im_end|>\n<tool_call>{\"square\": 4}</tool_call>"] * 4
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    tokenizer = build_tokenizer(CORPUS, vocab_size=300)
-    model = build_tiny_model(tokenizer, hidden_size=64, num_layers=2, num_heads=2, seed=0)
-    save_model_dir(model, tokenizer, path)
-    return str(path)
+@pytest.fixture(scope="session")
+def model_dir(tiny_model_dir):
+    """The session's random tiny model (tests/conftest.py)."""
+    return tiny_model_dir
 
 
 def _trajectories(count, seed, vocab=260, min_len=10, max_len=24):
