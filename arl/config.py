@@ -96,12 +96,14 @@ class WandbConfig:
 class WarmstartConfig:
     output: str = ".cache/models/tiny-warmstart"
     env: str = "tictactoe_move"
-    examples: int = 4000
-    epochs: int = 2
+    examples: int = 16000
+    epochs: int = 1
     lr: float = 3e-3
     batch_size: int = 32
-    malformed_fraction: float = 0.15  # transcripts whose call does not parse
-    illegal_fraction: float = 0.5  # well-formed calls on an occupied square
+    malformed_fraction: float = 0.45  # transcripts whose call does not parse
+    illegal_fraction: float = 0.0  # well-formed calls on an occupied square
+    prompt_loss: bool = True  # language-model the prompt too: how the model learns to read
+    bf16_autocast: bool = True  # bfloat16 matrix products, fp32 weights
     vocab_size: int = 768  # the games' corpus runs out of merges near 700
     hidden_size: int = 128
     num_layers: int = 4

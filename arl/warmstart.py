@@ -20,8 +20,12 @@ EVAL_EPISODES = 500
 
 
 def _stamp(cfg: Config) -> str:
-    """What the cached model depends on: the warm-start settings, the env, the seed."""
-    key = {"warmstart": to_dict(cfg)["warmstart"], "env": to_dict(cfg)["env"], "seed": cfg.seed}
+    """What the cached model depends on: the warm-start settings, the env, the seed, and the
+    tiny model's chat template."""
+    from learner.tiny import CHAT_TEMPLATE
+
+    key = {"warmstart": to_dict(cfg)["warmstart"], "env": to_dict(cfg)["env"], "seed": cfg.seed,
+           "chat_template": CHAT_TEMPLATE}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -59,7 +63,7 @@ def warmstart(cfg: Config, force: bool = False) -> dict[str, object]:
     model = build_tiny_model(tokenizer, ws.hidden_size, ws.num_layers, ws.num_heads, cfg.seed)
     examples = [(d.reset.messages, d.reset.tools, d.target) for d in demos]
     losses = supervised_finetune(model, tokenizer, examples, ws.epochs, ws.lr, ws.batch_size,
-                                 cfg.seed)
+                                 cfg.seed, ws.prompt_loss, ws.bf16_autocast)
     save_model_dir(model, tokenizer, ws.output)
     trained = time.perf_counter() - start
     report = evaluate(ws.output, env_cfg, EVAL_EPISODES, seed=cfg.seed + 10**6)

