@@ -62,7 +62,7 @@ def test_sampled_ids_survive_and_env_ids_are_masked(warm_model_dir, max_new_toke
     for k, (prompts, generations) in enumerate(engine.calls):
         live = [i for i, t in enumerate(trajs) if t.num_turns > k]
         assert len(live) == len(prompts)
-        for i, prompt, gen in zip(live, prompts, generations):
+        for i, prompt, gen in zip(live, prompts, generations, strict=True):
             t = trajs[i]
             end = len(prompt) + len(gen.token_ids)
             # The prompt is exactly the trajectory so far, and the sampled ids follow unchanged.
@@ -114,5 +114,5 @@ def test_cut_off_turn_is_never_a_move(warm_model_dir):
 def test_same_seed_same_batch(warm_model_dir):
     _, _, a = _play(warm_model_dir, RETRY_GAME, range(4))
     _, _, b = _play(warm_model_dir, RETRY_GAME, range(4))
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert x.token_ids.tolist() == y.token_ids.tolist() and x.reward == y.reward
