@@ -102,6 +102,7 @@ class WarmstartConfig:
     batch_size: int = 32
     malformed_fraction: float = 0.45  # transcripts whose call does not parse
     illegal_fraction: float = 0.0  # well-formed calls on an occupied square
+    game_fraction: float = 0.0  # examples from the middle of full tictactoe games
     prompt_loss: bool = True  # language-model the prompt too: how the model learns to read
     bf16_autocast: bool = True  # bfloat16 matrix products, fp32 weights
     vocab_size: int = 768  # the games' corpus runs out of merges near 700
@@ -150,7 +151,7 @@ _POSITIVE = (
 _NON_NEGATIVE = (
     "seed", "learner.warmup_steps", "learner.weight_decay", "learner.checkpoint_every",
     "env.max_retries", "ray.num_cpus", "env.opponent_epsilon",
-    "warmstart.malformed_fraction", "warmstart.illegal_fraction",
+    "warmstart.malformed_fraction", "warmstart.illegal_fraction", "warmstart.game_fraction",
 )
 
 
@@ -215,7 +216,8 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
         raise ConfigError("rollout.group_size", "must be >= 2: advantages are group-relative")
     if cfg.rollout.top_p > 1:
         raise ConfigError("rollout.top_p", f"must be in (0, 1], got {cfg.rollout.top_p}")
-    for key in ("env.opponent_epsilon", "warmstart.malformed_fraction"):
+    for key in ("env.opponent_epsilon", "warmstart.malformed_fraction",
+                "warmstart.game_fraction"):
         if _get(cfg, key) > 1:
             raise ConfigError(key, f"must be in [0, 1], got {_get(cfg, key)}")
     if cfg.warmstart.malformed_fraction + cfg.warmstart.illegal_fraction > 1:

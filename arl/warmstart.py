@@ -46,7 +46,7 @@ def warmstart(cfg: Config, force: bool = False) -> dict[str, object]:
             return json.load(f)
 
     from actors.evaluate import evaluate
-    from envs.demos import corpus_texts, warmstart_examples
+    from envs.demos import corpus_texts, game_examples, warmstart_examples
     from learner.model import set_torch_threads
     from learner.sft import supervised_finetune
     from learner.tiny import build_tiny_model, build_tokenizer, render_chat, save_model_dir
@@ -54,11 +54,16 @@ def warmstart(cfg: Config, force: bool = False) -> dict[str, object]:
     set_torch_threads(os.cpu_count() or 1)
     start = time.perf_counter()
     env_cfg = dataclasses.replace(cfg.env, name=ws.env)
-    demos = warmstart_examples(env_cfg, ws.examples, cfg.seed, ws.malformed_fraction,
+    game_cfg = dataclasses.replace(cfg.env, name="tictactoe", opponent="random")
+    n_game = round(ws.examples * ws.game_fraction)
+    moves = warmstart_examples(env_cfg, ws.examples - n_game, cfg.seed, ws.malformed_fraction,
                                ws.illegal_fraction)
+    games = game_examples(game_cfg, n_game, cfg.seed + 1, ws.malformed_fraction)
+    demos = moves + games
     # The tokenizer learns from the env texts and from whole rendered prompts, so the fixed
-    # parts of every prompt (template, tool schema) compress into few tokens.
-    rendered = [render_chat(d.reset.messages, d.reset.tools, True) + d.target for d in demos[:500]]
+    # parts of every prompt (template, tool signature) compress into few tokens.
+    rendered = [render_chat(d.reset.messages, d.reset.tools, True) + d.target
+                for d in moves[:400] + games[:100]]
     tokenizer = build_tokenizer(corpus_texts(seed=cfg.seed) + rendered, ws.vocab_size)
     model = build_tiny_model(tokenizer, ws.hidden_size, ws.num_layers, ws.num_heads, cfg.seed)
     examples = [(d.reset.messages, d.reset.tools, d.target) for d in demos]

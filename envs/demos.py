@@ -7,6 +7,10 @@ illegal (DESIGN.md section 6). Hence three kinds of target:
   legal      a well-formed call on a uniformly random empty square (not minimax)
   illegal    a well-formed call on a uniformly random occupied square
   malformed  a realistic mistake that does not parse to a valid call
+
+`game_examples` makes the same kinds of target in the middle of full tictactoe games (the
+conversation so far, played with random legal moves, as the prompt), so the model also knows
+the full game's prompt, the tool responses, and multi-turn chats.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ from dataclasses import dataclass
 from arl.config import EnvConfig
 from arl.protocols import Env
 from arl.tools import format_tool_call, parse_tool_call
-from arl.types import EnvReset, ParsedTurn, ToolCall
+from arl.types import EnvReset, Message, ParsedTurn, ToolCall
 from envs import make_env
 from envs import tictactoe_rules as rules
+from envs.game_env import GameEnv
+from envs.tictactoe import make_tictactoe
 from envs.tictactoe_move import TicTacToeMoveEnv
 
 KINDS = ("legal", "illegal", "malformed")
@@ -60,6 +66,44 @@ def warmstart_examples(cfg: EnvConfig, n: int, seed: int, malformed_fraction: fl
             reset = env.reset(rng.randrange(2**31))
         demos.append(Demo(reset, _target(kind, env.board, rng), kind))
     return demos
+
+
+def game_examples(cfg: EnvConfig, n: int, seed: int, malformed_fraction: float) -> list[Demo]:
+    """`n` demos from full tictactoe games, deterministic in `seed`: a game (with the env's
+    opponent; `cfg.name` must be "tictactoe") is played with uniformly random legal calls for a
+    uniformly random number of turns, and the demo's prompt is the conversation so far.
+    round(n * malformed_fraction) targets are malformed, the rest legal, in shuffled order."""
+    if cfg.name != "tictactoe":
+        raise ValueError(f"game demos exist for tictactoe only, not {cfg.name!r}")
+    n_malformed = round(n * malformed_fraction)
+    if not 0 <= n_malformed <= n:
+        raise ValueError("malformed_fraction must be in [0, 1]")
+    rng = random.Random(seed)
+    kinds = ["malformed"] * n_malformed + ["legal"] * (n - n_malformed)
+    rng.shuffle(kinds)
+    env = make_tictactoe(cfg)
+    demos = []
+    for kind in kinds:
+        prompt = _game_prefix(env, rng)
+        demos.append(Demo(prompt, _target(kind, env.board, rng), kind))
+    return demos
+
+
+def _game_prefix(env: GameEnv, rng: random.Random) -> EnvReset:
+    """Reset `env`, play random legal calls for a random number of the agent's turns (redrawn
+    if the game ends), and return the conversation so far with the env's tools."""
+    while True:
+        reset = env.reset(rng.randrange(2**31))
+        messages = list(reset.messages)
+        turns = rng.randint(0, len(rules.legal_moves(env.board)) // 2)
+        for _ in range(turns):
+            text = _call(rng.choice(rules.legal_moves(env.board)))
+            step = env.step(parse_tool_call(text, reset.tools))
+            messages += [Message("assistant", text), *step.messages]
+            if step.terminated or step.truncated:
+                break
+        else:
+            return EnvReset(messages=tuple(messages), tools=reset.tools)
 
 
 def _call(square: object, arg: str = "square") -> str:

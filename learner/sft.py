@@ -19,6 +19,8 @@ IGNORE = -100  # label of tokens without loss (prompt, padding)
 WARMUP_FRACTION = 0.05
 ADAM_BETAS = (0.9, 0.95)
 GRAD_CLIP = 1.0
+GROUP_WINDOW = 32  # batches whose rows are sorted by length together
+LENGTH_BUCKET = 64
 
 Example = tuple[Sequence[Message], Sequence[ToolSchema], str]
 
@@ -92,11 +94,9 @@ def _train(model, encoded, optimizer, schedule, epochs, batch_size, pad_id, rng,
     model.train()
     epoch_losses = []
     for _ in range(epochs):
-        order = list(range(len(encoded)))
-        rng.shuffle(order)
         losses = []
-        for start in range(0, len(order), batch_size):
-            batch = [encoded[i] for i in order[start : start + batch_size]]
+        for rows in _length_grouped_batches([len(ids) for ids, _ in encoded], batch_size, rng):
+            batch = [encoded[i] for i in rows]
             input_ids, attention_mask, labels = collate(batch, pad_id)
             with autocast:
                 loss = _target_loss(model, input_ids, attention_mask, labels)
@@ -109,6 +109,25 @@ def _train(model, encoded, optimizer, schedule, epochs, batch_size, pad_id, rng,
         epoch_losses.append(sum(losses) / len(losses))
     model.eval()
     return epoch_losses
+
+
+def _length_grouped_batches(lengths: Sequence[int], batch_size: int,
+                            rng: random.Random) -> list[list[int]]:
+    """One epoch's batches of row indices: a seeded shuffle, then within each window of
+    GROUP_WINDOW batches the rows are stably sorted by length bucket (LENGTH_BUCKET ids) before
+    being cut into batches, and the batches are shuffled. Multi-turn examples are 2-3x longer
+    than one-move ones, and mixing them pads most rows; buckets rather than exact lengths,
+    because exact sorting groups boards by their number of marks, which slowed learning to
+    read them."""
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    window = GROUP_WINDOW * batch_size
+    batches = []
+    for start in range(0, len(order), window):
+        rows = sorted(order[start : start + window], key=lambda i: lengths[i] // LENGTH_BUCKET)
+        batches += [rows[i : i + batch_size] for i in range(0, len(rows), batch_size)]
+    rng.shuffle(batches)
+    return batches
 
 
 def collate(

@@ -6,16 +6,11 @@ from collections import Counter
 import pytest
 
 from arl.config import EnvConfig
-from arl.tools import format_tool_call
+from arl.tools import format_tool_call, parse_tool_call
 from arl.types import ToolCall, ToolCallError
 from envs import tictactoe_rules as rules
-from envs.demos import corpus_texts, warmstart_examples
+from envs.demos import corpus_texts, game_examples, warmstart_examples
 from envs.tictactoe_move import move_outcome, outcome_reward
-
-try:
-    from arl.tools import parse_tool_call
-except ImportError:  # written by another engineer; fall back to comparing text
-    parse_tool_call = None
 
 
 def _board_of(demo) -> rules.Board:
@@ -62,7 +57,6 @@ def test_targets_name_the_intended_squares(demos):
             assert square is None, demo
 
 
-@pytest.mark.skipif(parse_tool_call is None, reason="arl.tools.parse_tool_call not there yet")
 def test_targets_parse_as_their_kind(demos):
     error_kinds = Counter()
     for demo in demos:
@@ -102,3 +96,33 @@ def test_corpus_covers_all_three_envs():
                    "You win.", "Game over.", "Try again", "Invalid tool call"):
         assert needle in joined, needle
     assert all(isinstance(t, str) and t for t in texts)
+
+
+def _last_board(demo) -> rules.Board:
+    """The board in the prompt's last message: three `a|b|c` lines."""
+    lines = [ln for ln in demo.reset.messages[-1].content.splitlines() if ln.count("|") == 2]
+    cells = "".join(lines[-3:]).replace("|", "")
+    return tuple(c if c in "XO" else rules.EMPTY for c in cells)
+
+
+def test_game_examples_continue_real_games():
+    cfg = EnvConfig(name="tictactoe", opponent="random")
+    demos = game_examples(cfg, 300, seed=1, malformed_fraction=0.3)
+    assert demos == game_examples(cfg, 300, seed=1, malformed_fraction=0.3)
+    assert Counter(d.kind for d in demos) == {"malformed": 90, "legal": 210}
+    depths = Counter(len(d.reset.messages) for d in demos)
+    assert depths[2] > 0 and max(depths) >= 6  # fresh games and games several turns in
+    for demo in demos:
+        roles = [m.role for m in demo.reset.messages]
+        assert roles[:2] == ["system", "user"]
+        assert roles[2:] == ["assistant", "tool"] * ((len(roles) - 2) // 2)
+        for m in demo.reset.messages[2::2]:  # earlier calls are well formed
+            assert isinstance(parse_tool_call(m.content, demo.reset.tools), ToolCall)
+        board, square = _last_board(demo), _square_of(demo.target)
+        assert not rules.is_terminal(board)
+        if demo.kind == "legal":
+            assert square in rules.legal_moves(board), demo
+        else:
+            assert isinstance(parse_tool_call(demo.target, demo.reset.tools), ToolCallError)
+    with pytest.raises(ValueError, match="tictactoe only"):
+        game_examples(EnvConfig(), 1, 0, 0.0)
