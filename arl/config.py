@@ -100,7 +100,7 @@ class WarmstartConfig:
     epochs: int = 1
     lr: float = 3e-3
     batch_size: int = 32
-    malformed_fraction: float = 0.45  # transcripts whose call does not parse
+    malformed_fraction: float = 0.5  # transcripts whose call does not parse
     illegal_fraction: float = 0.0  # well-formed calls on an occupied square
     game_fraction: float = 0.0  # examples from the middle of full tictactoe games
     prompt_loss: bool = True  # language-model the prompt too: how the model learns to read
