@@ -15,6 +15,18 @@ PANELS = (
 )
 
 
+SMOOTH_STEPS = 10  # the reward panel also shows this trailing mean: one step is 64 episodes
+
+
+def trailing_mean(values: list[float], window: int) -> list[float]:
+    """values[i] averaged with up to `window - 1` values before it."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v - (values[i - window] if i >= window else 0.0)
+        out.append(total / min(i + 1, window))
+    return out
+
+
 def read_metrics(path: str) -> list[dict[str, float]]:
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
@@ -35,6 +47,9 @@ def plot_run(run_dir: str, out: str | None = None) -> str:
             if points:
                 xs, ys = zip(*points, strict=True)
                 ax.plot(xs, ys, label=key.split("/", 1)[1], linewidth=1)
+                if key == "rollout/reward_mean":
+                    ax.plot(xs, trailing_mean(list(ys), SMOOTH_STEPS), linewidth=2,
+                            label=f"{SMOOTH_STEPS}-step mean")
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -25,18 +27,73 @@ def head_node():
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "RAY_AUTH_MODE": "token"}
     env.pop("RAY_ADDRESS", None)
     port = "6391"
+    # Ray's socket paths must stay under 107 bytes: a short temp dir, not pytest's.
+    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     started = _run(
         str(BIN / "ray"), "start", "--head", "--num-cpus", "2", "--port", port,
         "--dashboard-host", "127.0.0.1", "--node-ip-address", "127.0.0.1",
-        # Ray's socket paths must stay under 107 bytes: a short temp dir, not pytest's.
-        "--temp-dir", tempfile.mkdtemp(prefix="ray", dir="/tmp"), "--disable-usage-stats",
+        "--temp-dir", temp_dir, "--disable-usage-stats",
         env=env,
     )
-    assert started.returncode == 0, started.stdout + started.stderr
     try:
+        assert started.returncode == 0, started.stdout + started.stderr
         yield env
     finally:
-        _run(str(BIN / "ray"), "stop", "--force", env=env)
+        _stop_cluster(temp_dir, port)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _proc_table() -> dict[int, tuple[int, str, str]]:
+    """pid -> (parent pid, state, command line) of every live process."""
+    table = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit():
+                stat = (entry / "stat").read_text()
+                state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
+                table[int(entry.name)] = (int(ppid), state, (entry / "cmdline").read_text())
+        except (OSError, ValueError):  # the process ended meanwhile
+            continue
+    return table
+
+
+def _processes_of(markers: tuple[str, ...]) -> set[int]:
+    """Live (not zombie) processes of one cluster: those whose command line names one of
+    `markers` (its temp dir, ":<gcs port>" for the daemonized client server), and their
+    descendants (Ray renames some children, "ray::RuntimeEnvAgent")."""
+    table = _proc_table()
+    found = {pid for pid, (_, _, cmd) in table.items() if any(m in cmd for m in markers)}
+    grew = True
+    while grew:
+        children = {pid for pid, (ppid, _, _) in table.items() if ppid in found} - found
+        found |= children
+        grew = bool(children)
+    return {pid for pid in found if table[pid][1] != "Z"}
+
+
+def _stop_cluster(temp_dir: str, port: str) -> None:
+    """Stop only this test's cluster. (`ray stop` would kill every Ray process of the user,
+    a training run next to the tests included.) SIGTERM, then SIGKILL after 10 s. Without
+    /proc (not Linux) fall back to `ray stop`."""
+    if not pathlib.Path("/proc/self/cmdline").exists():
+        _run(str(BIN / "ray"), "stop", "--force")
+        return
+    pids = _processes_of((temp_dir, f":{port}"))  # once: killed parents would orphan their children
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while _alive(pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    assert not _alive(pids), "processes of the test's Ray cluster survived"
+
+
+def _alive(pids: set[int]) -> set[int]:
+    table = _proc_table()
+    return {pid for pid in pids if pid in table and table[pid][1] != "Z"}
 
 
 def test_ray_job_submit_runs_training(head_node, warm_model_dir, tmp_path):
