@@ -62,7 +62,7 @@ QWEN2_PRETOKENIZE_REGEX = (
 
 # ChatML with Hermes-style tool calls. Each tool is shown as one signature line,
 # `name(arg: type lo-hi, ...): description`, instead of its JSON schema: on the tictactoe_move
-# prompt that is 181 -> about 80 tokens, and every prompt token is paid for at every rollout
+# prompt that is 181 -> 98 tokens, and every prompt token is paid for at every rollout
 # and every learner step. One tool message = one user turn, so a rendered prefix never changes
 # when messages are appended.
 CHAT_TEMPLATE = (
