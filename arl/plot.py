@@ -53,7 +53,8 @@ def plot_run(run_dir: str, out: str | None = None) -> str:
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.lines:  # a panel with no metric yet gets no (empty) legend
+            ax.legend(fontsize=8)
     fig.suptitle(os.path.basename(os.path.normpath(run_dir)))
     fig.tight_layout()
     path = out or os.path.join(run_dir, "curves.png")
