@@ -40,9 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "train":
             cfg = load_config(*_split(args.config))
-            from arl.train import train
+            from arl.train import NonFiniteError, train
 
-            metrics = train(cfg)
+            try:
+                metrics = train(cfg)
+            except NonFiniteError as err:
+                print(f"arl: {err}", file=sys.stderr)
+                return 3
             print(f"done: {cfg.steps} steps, reward_mean {metrics['rollout/reward_mean']:.3f}")
         elif args.command == "warmstart":
             cfg = load_config(*_split(args.config), check_paths=False)

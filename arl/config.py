@@ -75,6 +75,7 @@ class LearnerConfig:
     advantage_eps: float = 1e-6
     cpus: int = 1
     checkpoint_every: int = 100  # steps; 0 = only at the end
+    max_nonfinite_in_row: int = 8  # skipped (NaN/inf) optimizer steps in a row before abort
 
 
 @dataclass
@@ -146,7 +147,7 @@ _POSITIVE = (
     "learner.clip_high", "learner.advantage_eps", "learner.cpus", "learner.grad_clip",
     "warmstart.examples", "warmstart.epochs", "warmstart.lr", "warmstart.batch_size",
     "warmstart.vocab_size", "warmstart.hidden_size", "warmstart.num_layers",
-    "warmstart.num_heads", "env.search_depth",
+    "warmstart.num_heads", "env.search_depth", "learner.max_nonfinite_in_row",
 )
 _NON_NEGATIVE = (
     "seed", "learner.warmup_steps", "learner.weight_decay", "learner.checkpoint_every",

@@ -18,6 +18,10 @@ from arl.metrics import rollout_metrics
 from arl.run import Run
 
 
+class NonFiniteError(RuntimeError):
+    """Too many optimizer steps in a row had a non-finite loss or gradient."""
+
+
 @dataclass(frozen=True)
 class StartStates:
     """The groups of one step: env seeds, their group ids, and which worker plays which."""
@@ -70,6 +74,19 @@ def train(cfg: Config, use_ray: bool = True) -> dict[str, float]:
                 / max(t2 - t1, 1e-9),
             }
             run.log(step, metrics)
+            if learner_metrics["learner/skipped_in_row"] >= cfg.learner.max_nonfinite_in_row:
+                _abort_non_finite(cfg, run, cluster, step + 1)
         if not run.has_checkpoint(cfg.steps):
             cluster.save_checkpoint(run.checkpoint_dir(cfg.steps), cfg.steps)
     return metrics
+
+
+def _abort_non_finite(cfg: Config, run: Run, cluster, steps_done: int) -> None:
+    """Save a checkpoint of the (never NaN-updated) weights, then stop the run."""
+    path = run.checkpoint_dir(steps_done)
+    cluster.save_checkpoint(path, steps_done)
+    raise NonFiniteError(
+        f"{cfg.learner.max_nonfinite_in_row} optimizer steps in a row had a non-finite loss or "
+        f"gradient (learner.max_nonfinite_in_row); none was applied. Stopped after step "
+        f"{steps_done}; checkpoint saved at {path}. Check the rewards and the learning rate."
+    )

@@ -91,6 +91,7 @@ class GSPOLearner:
         self.optimizer = build_optimizer(self.model.parameters(), cfg)
         self.version = 0  # learner steps done
         self.skipped_steps = 0  # skipped optimizer steps, whole run
+        self.skipped_in_row = 0  # skipped optimizer steps since the last applied one
 
     @property
     def lr(self) -> float:
@@ -107,7 +108,8 @@ class GSPOLearner:
         advantages [B], one per trajectory; temperature: the sampling temperature, so logprobs
         are those of softmax(logits / temperature), like sampler_logprobs. `learner/loss` and
         `learner/grad_norm` (pre-clip) are means over the optimizer steps that were applied
-        (NaN if none was); `learner/skipped_steps` counts this step's skipped ones.
+        (NaN if none was); `learner/skipped_steps` counts this step's skipped ones and
+        `learner/skipped_in_row` the skipped ones since the last applied step (across steps).
         """
         lr = self.lr
         set_lr(self.optimizer, lr)
@@ -117,11 +119,14 @@ class GSPOLearner:
         skipped = len(results) - len(applied)
         self.version += 1
         self.skipped_steps += skipped
+        for r in results:
+            self.skipped_in_row = 0 if r.applied else self.skipped_in_row + 1
         return {
             "learner/loss": _mean([r.loss for r in applied]),
             "learner/grad_norm": _mean([r.grad_norm for r in applied]),
             "learner/lr": lr,
             "learner/skipped_steps": float(skipped),
+            "learner/skipped_in_row": float(self.skipped_in_row),
             **gspo.diagnostics([o for r in results for o in r.outputs]),
             "rollout/sampler_logprob_gap": _sampler_gap(minis),
             "perf/train_tokens": float(sum(r.tokens for r in results)),

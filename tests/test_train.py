@@ -77,3 +77,30 @@ def test_other_losses_run(tmp_path, warm_model_dir, loss):
     cfg = _cfg(tmp_path, warm_model_dir, f"learner.loss={loss}", "steps=1")
     metrics = train(cfg, use_ray=False)
     assert metrics["learner/loss"] == metrics["learner/loss"]  # finite, not NaN
+
+
+def test_non_finite_steps_in_a_row_save_a_checkpoint_and_stop(tmp_path, warm_model_dir,
+                                                              monkeypatch):
+    import numpy as np
+    import torch
+
+    import arl.train as driver
+    from learner.checkpoint import load_checkpoint
+    from learner.model import load_model
+
+    def nan_advantages(rewards, eps):
+        return torch.full_like(rewards, float("nan"))
+
+    monkeypatch.setattr(driver, "group_advantages", nan_advantages)
+    cfg = _cfg(tmp_path, warm_model_dir, "steps=5", "learner.max_nonfinite_in_row=3")
+    with pytest.raises(driver.NonFiniteError, match="3 optimizer steps in a row"):
+        train(cfg, use_ray=False)
+    rows = _rows(tmp_path / "ci")
+    # ci.yaml: 2 mini-batches a step, so the third skipped optimizer step comes in step 2.
+    assert [r["learner/skipped_in_row"] for r in rows] == [2.0, 4.0]
+    (saved,) = glob.glob(str(tmp_path / "ci" / "checkpoints" / "step_*2"))
+    checkpoint = load_checkpoint(saved)
+    assert checkpoint.step == 2 and checkpoint.state.skipped_steps == 4
+    model, _ = load_model(warm_model_dir, "float32")
+    for name, value in model.named_parameters():  # no NaN update ever reached the weights
+        assert np.array_equal(checkpoint.state.model[name].numpy(), value.detach().numpy())

@@ -146,6 +146,9 @@ def test_nan_advantage_skips_the_step_and_leaves_weights(model_dir):
     for name, value in _weights(learner).items():
         assert torch.equal(value, before[name])
     assert learner.version == 1  # the batch was consumed all the same
+    assert metrics["learner/skipped_in_row"] == 1.0
+    metrics = learner.step(_trajectories(8, seed=7), _advantages(8, seed=7))
+    assert metrics["learner/skipped_in_row"] == 0.0 and learner.skipped_steps == 1
 
 
 def test_hooked_non_finite_loss_skips_only_that_optimizer_step(model_dir):
