@@ -14,8 +14,9 @@ from learner.step import GSPOLearner
 
 
 class LearnerWorker:
-    """Owns the trained weights. `step` takes advantages first, then one trajectory list per
-    rollout worker, so that Ray resolves each list straight from the object store."""
+    """Owns the trained weights. `step` takes advantages and a keep mask first, then one
+    trajectory list per rollout worker, so that Ray resolves each list straight from the
+    object store."""
 
     def __init__(
         self,
@@ -30,9 +31,13 @@ class LearnerWorker:
         self.temperature = temperature
         self.learner = GSPOLearner(model.path, cfg, model.dtype, total_steps, seed)
 
-    def step(self, advantages: np.ndarray, *shards: Sequence[Trajectory]) -> dict[str, float]:
+    def step(self, advantages: np.ndarray, keep: np.ndarray,
+             *shards: Sequence[Trajectory]) -> dict[str, float]:
+        """Train on the trajectories where `keep` [B] is true, with their advantages [B]."""
         trajectories = [t for shard in shards for t in shard]
-        return self.learner.step(trajectories, advantages, temperature=self.temperature)
+        rows = np.flatnonzero(keep)
+        return self.learner.step([trajectories[i] for i in rows], advantages[rows],
+                                 temperature=self.temperature)
 
     def export_weights(self) -> dict[str, np.ndarray]:
         return self.learner.export_weights()

@@ -72,8 +72,10 @@ class Cluster:
         summaries = [s for ref in refs for s in self.rollout.get(ref[0])]
         return RolloutBatch(summaries, [ref[1] for ref in refs])
 
-    def learner_step(self, batch: RolloutBatch, advantages: np.ndarray) -> dict[str, float]:
-        refs = self.learner.submit("step", [(advantages, *batch.trajectory_refs)])
+    def learner_step(self, batch: RolloutBatch, advantages: np.ndarray,
+                     keep: np.ndarray) -> dict[str, float]:
+        """One learner step on the batch's trajectories where `keep` is true."""
+        refs = self.learner.submit("step", [(advantages, keep, *batch.trajectory_refs)])
         return self.learner.get(refs)[0]
 
     def push_weights(self, version: int) -> None:

@@ -46,6 +46,7 @@ class _Episode:
     invalid_calls: int = 0
     done: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+    env_error: str | None = None
 
     def append(self, ids: Sequence[int], sampled: bool, logprobs: Sequence[float] = ()) -> None:
         """Append ids; the mask and logprobs are written here and nowhere else."""
@@ -113,6 +114,8 @@ def run_episodes(
 
     Each turn samples with seed `params.seed + turn` so that a batch is reproducible.
     Episodes end when the env terminates or truncates, or after `max_turns` model turns.
+    An exception raised by an env's reset or step ends that episode only: its trajectory
+    carries `env_error` (a reset failure leaves it without tokens); the others play on.
     """
     episodes = [_start(env, seed, gid, renderer) for env, seed, gid in starts]
     for turn in range(max_turns):
@@ -131,7 +134,12 @@ def run_episodes(
 
 
 def _start(env: Env, seed: int, group_id: int, renderer: ChatRenderer) -> _Episode:
-    start = env.reset(seed)
+    try:
+        start = env.reset(seed)
+    except Exception as err:  # an env bug must not take the other episodes down
+        ep = _Episode(env, EnvReset((), ()), group_id, [], [], [], [], done=True)
+        ep.env_error = _describe(err, "reset")
+        return ep
     ep = _Episode(env, start, group_id, list(start.messages), [], [], [])
     ep.append(renderer.prompt_ids(start), sampled=False)
     return ep
@@ -155,7 +163,11 @@ def _advance(
         ep.tool_calls += 1
     else:
         ep.invalid_calls += 1
-    result = ep.env.step(turn)
+    try:
+        result = ep.env.step(turn)
+    except Exception as err:  # an env bug must not take the other episodes down
+        ep.env_error, ep.done = _describe(err, "step"), True
+        return
     ep.reward += float(result.reward)
     ep.info = dict(result.info)
     ep.done = result.terminated or result.truncated or last_turn
@@ -179,4 +191,10 @@ def _finish(ep: _Episode, version: int) -> Trajectory:
         num_tool_calls=ep.tool_calls,
         num_invalid_calls=ep.invalid_calls,
         info=ep.info,
+        env_error=ep.env_error,
     )
+
+
+def _describe(err: Exception, where: str) -> str:
+    """One line naming the exception, cut to 200 characters (it may echo model output)."""
+    return f"env.{where} raised {type(err).__name__}: {err}"[:200].replace("\n", " ")

@@ -50,11 +50,8 @@ def train(cfg: Config, use_ray: bool = True) -> dict[str, float]:
             states = start_states(cfg, step)
             batch = cluster.collect(states.env_seeds, states.group_ids, seed=cfg.seed + step)
             t1 = time.perf_counter()
-            rewards = torch.tensor([s.reward for s in batch.summaries], dtype=torch.float32)
-            advantages = group_advantages(
-                rewards.view(-1, cfg.rollout.group_size), cfg.learner.advantage_eps
-            ).flatten()
-            learner_metrics = cluster.learner_step(batch, advantages.numpy())
+            advantages, keep = _advantages(cfg, batch.summaries)
+            learner_metrics = cluster.learner_step(batch, advantages, keep)
             t2 = time.perf_counter()
             cluster.push_weights(version=step + 1)
             t3 = time.perf_counter()
@@ -63,6 +60,7 @@ def train(cfg: Config, use_ray: bool = True) -> dict[str, float]:
             total = time.perf_counter() - t0
             metrics = {
                 **rollout_metrics(batch.summaries, cfg.rollout.group_size),
+                "rollout/masked_groups": float((~keep).sum() / cfg.rollout.group_size),
                 **learner_metrics,
                 "timing/generate": t1 - t0,
                 "timing/train": t2 - t1,
@@ -79,6 +77,17 @@ def train(cfg: Config, use_ray: bool = True) -> dict[str, float]:
         if not run.has_checkpoint(cfg.steps):
             cluster.save_checkpoint(run.checkpoint_dir(cfg.steps), cfg.steps)
     return metrics
+
+
+def _advantages(cfg: Config, summaries) -> tuple[np.ndarray, np.ndarray]:
+    """(advantages [B], keep [B]): group-relative advantages, and a mask that drops every
+    group with a failed episode (an env raised: its reward says nothing about the policy)."""
+    size = cfg.rollout.group_size
+    keep = ~np.array([s.env_error is not None for s in summaries]).reshape(-1, size).any(axis=1)
+    rewards = torch.tensor([s.reward for s in summaries], dtype=torch.float32).view(-1, size)
+    advantages = group_advantages(rewards, cfg.learner.advantage_eps)
+    advantages[~torch.from_numpy(keep)] = 0.0
+    return advantages.flatten().numpy(), np.repeat(keep, size)
 
 
 def _abort_non_finite(cfg: Config, run: Run, cluster, steps_done: int) -> None:

@@ -110,8 +110,15 @@ class GSPOLearner:
         `learner/grad_norm` (pre-clip) are means over the optimizer steps that were applied
         (NaN if none was); `learner/skipped_steps` counts this step's skipped ones and
         `learner/skipped_in_row` the skipped ones since the last applied step (across steps).
+        An empty batch changes nothing but the version.
         """
         lr = self.lr
+        if not trajectories:  # every group was masked: nothing to learn from, time moves on
+            self.version += 1
+            return {"learner/loss": math.nan, "learner/grad_norm": math.nan, "learner/lr": lr,
+                    "learner/skipped_steps": 0.0,
+                    "learner/skipped_in_row": float(self.skipped_in_row),
+                    "perf/train_tokens": 0.0}
         set_lr(self.optimizer, lr)
         minis = self._mini_batches(collate(trajectories, advantages, self.pad_id), temperature)
         results = [self._optimizer_step(mini, temperature) for mini in minis]

@@ -116,3 +116,37 @@ def test_same_seed_same_batch(warm_model_dir):
     _, _, b = _play(warm_model_dir, RETRY_GAME, range(4))
     for x, y in zip(a, b, strict=True):
         assert x.token_ids.tolist() == y.token_ids.tolist() and x.reward == y.reward
+
+
+class _BrokenEnv:
+    """Wraps a real env; raises in reset or in the second step, as a buggy env would."""
+
+    def __init__(self, env, fail_in: str):
+        self.env, self.fail_in, self.steps = env, fail_in, 0
+
+    def reset(self, seed):
+        if self.fail_in == "reset":
+            raise KeyError("no such board")
+        return self.env.reset(seed)
+
+    def step(self, turn):
+        self.steps += 1
+        if self.fail_in == "step" and self.steps == 2:
+            raise RuntimeError("opponent crashed\nwith a traceback")
+        return self.env.step(turn)
+
+
+def test_env_exceptions_fail_only_their_episode(warm_model_dir):
+    engine = HFEngine(warm_model_dir, dtype="float32")
+    tok = engine.get_tokenizer()
+    renderer = ChatRenderer(tok, stop_token=tok.eos_token)
+    starts = [(_BrokenEnv(make_env(RETRY_GAME), fail), s, s)
+              for s, fail in enumerate(["reset", "step", "never", "never"])]
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=24, seed=3)
+    trajs = run_episodes(engine, renderer, starts, params, max_turns=6)
+    assert trajs[0].env_error == "env.reset raised KeyError: 'no such board'"
+    assert len(trajs[0].token_ids) == 0 and trajs[0].summary().env_error == trajs[0].env_error
+    broken = trajs[1]  # no tictactoe game ends after one turn (with retries, not even invalid)
+    assert broken.num_turns == 2
+    assert broken.env_error == "env.step raised RuntimeError: opponent crashed with a traceback"
+    assert all(t.env_error is None and t.num_turns >= 1 for t in trajs[2:])

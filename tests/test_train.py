@@ -104,3 +104,31 @@ def test_non_finite_steps_in_a_row_save_a_checkpoint_and_stop(tmp_path, warm_mod
     model, _ = load_model(warm_model_dir, "float32")
     for name, value in model.named_parameters():  # no NaN update ever reached the weights
         assert np.array_equal(checkpoint.state.model[name].numpy(), value.detach().numpy())
+
+
+def test_env_failures_mask_their_groups_and_the_run_goes_on(tmp_path, warm_model_dir,
+                                                           monkeypatch):
+    from envs.tictactoe_move import TicTacToeMoveEnv
+
+    real_step = TicTacToeMoveEnv.step
+    calls = {"n": 0}
+
+    def flaky_step(self, turn):  # a window of failing episodes in steps 0 and 1
+        calls["n"] += 1
+        if 3 <= calls["n"] <= 10:
+            raise ValueError("board corrupted")
+        return real_step(self, turn)
+
+    monkeypatch.setattr(TicTacToeMoveEnv, "step", flaky_step)
+    cfg = _cfg(tmp_path, warm_model_dir, "steps=3")
+    metrics = train(cfg, use_ray=False)
+    rows = _rows(tmp_path / "ci")
+    assert len(rows) == 3 and metrics["rollout/env_failures"] == 0.0
+    assert [r["rollout/env_failures"] for r in rows[:2]] == [6.0, 2.0]  # 8 episodes a step
+    assert [r["rollout/masked_groups"] for r in rows[:2]] == [2.0, 1.0]
+    # metrics.jsonl writes NaN as null. Step 0 had every group masked: no update, so no loss.
+    unset = {"learner/loss", "learner/grad_norm"}
+    assert all(row[k] is None for k in unset for row in rows[:1])
+    for row in rows:
+        nan = [k for k, v in row.items() if v is None and not (row is rows[0] and k in unset)]
+        assert not nan, nan
