@@ -8,7 +8,7 @@ import numpy as np
 
 from arl.config import LearnerConfig, ModelConfig
 from arl.types import Trajectory
-from learner.checkpoint import save_checkpoint
+from learner.checkpoint import load_checkpoint, save_checkpoint
 from learner.model import set_torch_threads
 from learner.step import GSPOLearner
 
@@ -44,3 +44,9 @@ class LearnerWorker:
 
     def save_checkpoint(self, directory: str, step: int, extra: dict) -> None:
         save_checkpoint(directory, self.learner.state_dict_for_checkpoint(), step, extra)
+
+    def load_checkpoint(self, directory: str) -> int:
+        """Restore the learner from a checkpoint (verified); return its step."""
+        checkpoint = load_checkpoint(directory)
+        self.learner.load_checkpoint_state(checkpoint.state)
+        return checkpoint.step

@@ -84,6 +84,11 @@ class Cluster:
         loads = self.rollout.submit("update_weights", [(weights, version)] * len(self.rollout))
         self.rollout.get(loads)
 
+    def load_checkpoint(self, directory: str) -> int:
+        """Restore the learner from `directory`; return the checkpoint's step. Push weights
+        afterwards to bring the rollout workers to the same version."""
+        return self.learner.get(self.learner.submit("load_checkpoint", [(directory,)]))[0]
+
     def save_checkpoint(self, directory: str, step: int) -> None:
         extra = {"config": to_dict(self.cfg)}
         self.learner.get(self.learner.submit("save_checkpoint", [(directory, step, extra)]))

@@ -41,13 +41,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "train":
             cfg = load_config(*_split(args.config))
             from arl.train import NonFiniteError, train
+            from learner.checkpoint import CheckpointError
 
             try:
                 metrics = train(cfg)
-            except NonFiniteError as err:
+            except (NonFiniteError, CheckpointError) as err:
                 print(f"arl: {err}", file=sys.stderr)
                 return 3
-            print(f"done: {cfg.steps} steps, reward_mean {metrics['rollout/reward_mean']:.3f}")
+            reward = metrics.get("rollout/reward_mean")  # absent: resumed a finished run
+            print(f"done: {cfg.steps} steps" + ("" if reward is None else
+                                                f", reward_mean {reward:.3f}"))
         elif args.command == "warmstart":
             cfg = load_config(*_split(args.config), check_paths=False)
             from arl.warmstart import warmstart

@@ -119,6 +119,7 @@ class Config:
     steps: int = 400
     output_dir: str = "runs"
     mode: str = "sync"  # sync
+    resume: str = "never"  # never: a new run | auto: continue from the run's last checkpoint
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -130,6 +131,7 @@ class Config:
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "mode": ("sync",),
+    "resume": ("never", "auto"),
     "model.dtype": ("bfloat16", "float32"),
     "env.name": ("tictactoe_move", "tictactoe", "connect_four"),
     "env.opponent": ("random", "minimax", "eps_minimax", "policy"),

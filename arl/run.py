@@ -2,13 +2,15 @@
 
 Layout of `runs/<run_name>/`: config.json, metrics.jsonl (one JSON object per step),
 curves.png, checkpoints/step_<n>/, wandb/. A previous run of the same name is moved aside
-to `<run_name>.prev-<k>`, never overwritten.
+to `<run_name>.prev-<k>`, never overwritten, unless the run resumes it (`resume=auto` and a
+checkpoint exists): then metrics.jsonl keeps its rows before the checkpoint's step and goes on.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 from arl.config import Config, to_dict
@@ -26,10 +28,19 @@ class Run:
         self.progress = progress
         self._sinks: list[Any] = []
         self._bar: Any = None
+        # The checkpoint to continue from (None: a new run), and the step it ends.
+        self.resume_from: str | None = None
+        self.start_step = 0
+        if cfg.resume == "auto":
+            self.resume_from = latest_checkpoint(os.path.join(self.dir, "checkpoints"))
 
     def __enter__(self) -> Run:
-        _move_aside(self.dir)
-        os.makedirs(os.path.join(self.dir, "checkpoints"))
+        if self.resume_from is None:
+            _move_aside(self.dir)
+            os.makedirs(os.path.join(self.dir, "checkpoints"))
+        else:
+            self.start_step = checkpoint_step(self.resume_from)
+            _keep_rows_before(self.metrics_path, self.start_step)
         with open(os.path.join(self.dir, "config.json"), "w", encoding="utf-8") as f:
             json.dump(to_dict(self.cfg), f, indent=2)
         self._sinks.append(JsonlLogger(self.metrics_path))
@@ -42,7 +53,8 @@ class Run:
         if self.progress:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=self.cfg.steps, desc=self.cfg.run_name, unit="step")
+            self._bar = tqdm(total=self.cfg.steps, initial=self.start_step,
+                             desc=self.cfg.run_name, unit="step")
         return self
 
     @property
@@ -82,3 +94,43 @@ def _move_aside(path: str) -> None:
     while os.path.exists(f"{path}.prev-{k}"):
         k += 1
     os.rename(path, f"{path}.prev-{k}")
+
+
+_STEP_DIR = re.compile(r"step_(\d+)")
+
+
+def checkpoint_step(path: str) -> int:
+    return int(_STEP_DIR.fullmatch(os.path.basename(os.path.normpath(path))).group(1))
+
+
+def latest_checkpoint(directory: str) -> str | None:
+    """The checkpoint of the highest step in `directory`, or None. Checkpoints appear by an
+    atomic rename once complete, so every step_<n> folder was complete when written;
+    `load_checkpoint` still verifies its hashes before anything is loaded."""
+    if not os.path.isdir(directory):
+        return None
+    steps = [name for name in os.listdir(directory) if _STEP_DIR.fullmatch(name)]
+    if not steps:
+        return None
+    return os.path.join(directory, max(steps, key=lambda n: int(n[5:])))
+
+
+def _keep_rows_before(path: str, step: int) -> None:
+    """Rewrite metrics.jsonl (atomically) with only the rows of steps before `step`: the
+    steps after the checkpoint are played again."""
+    rows = []
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:  # a line cut by the crash
+                    continue
+                if row.get("step", step) < step:
+                    rows.append(line if line.endswith("\n") else line + "\n")
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(rows)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -43,9 +43,11 @@ def train(cfg: Config, use_ray: bool = True) -> dict[str, float]:
     from actors.loop import Cluster  # heavy (ray, torch models): imported when training starts
 
     with Run(cfg) as run, Cluster(cfg, use_ray=use_ray) as cluster:
-        cluster.push_weights(version=0)
+        if run.resume_from is not None:
+            cluster.load_checkpoint(run.resume_from)
+        cluster.push_weights(version=run.start_step)
         metrics: dict[str, float] = {}
-        for step in range(cfg.steps):
+        for step in range(run.start_step, cfg.steps):
             t0 = time.perf_counter()
             states = start_states(cfg, step)
             batch = cluster.collect(states.env_seeds, states.group_ids, seed=cfg.seed + step)

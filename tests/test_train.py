@@ -132,3 +132,25 @@ def test_env_failures_mask_their_groups_and_the_run_goes_on(tmp_path, warm_model
     for row in rows:
         nan = [k for k, v in row.items() if v is None and not (row is rows[0] and k in unset)]
         assert not nan, nan
+
+
+def test_resume_auto_continues_and_refuses_a_tampered_checkpoint(tmp_path, warm_model_dir):
+    from learner.checkpoint import CheckpointError
+
+    whole = train(_cfg(tmp_path / "a", warm_model_dir, "steps=3"), use_ray=False)
+    train(_cfg(tmp_path / "b", warm_model_dir, "steps=2", "learner.checkpoint_every=1"),
+          use_ray=False)
+    resumed = train(_cfg(tmp_path / "b", warm_model_dir, "steps=3", "resume=auto"),
+                    use_ray=False)
+    assert resumed["rollout/reward_mean"] == whole["rollout/reward_mean"]
+    assert resumed["learner/loss"] == whole["learner/loss"]
+    assert [r["step"] for r in _rows(tmp_path / "b" / "ci")] == [0, 1, 2]
+    assert not glob.glob(str(tmp_path / "b" / "ci.prev-*"))  # resumed in place
+
+    (last,) = glob.glob(str(tmp_path / "b" / "ci" / "checkpoints" / "step_000003"))
+    weights = os.path.join(last, "model.safetensors")
+    data = bytearray(open(weights, "rb").read())
+    data[-1] ^= 0xFF
+    open(weights, "wb").write(bytes(data))
+    with pytest.raises(CheckpointError, match="model.safetensors"):
+        train(_cfg(tmp_path / "b", warm_model_dir, "steps=4", "resume=auto"), use_ray=False)

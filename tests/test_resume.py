@@ -1,0 +1,85 @@
+"""Exact resume: kill -9 a CPU run of configs/ci.yaml at a random step, run the same command
+with resume=auto, and get the uninterrupted run's metrics and final weights bit for bit."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+ARL = pathlib.Path(sys.executable).parent / "arl"
+STEPS = 6
+# Wall-clock columns differ between any two runs; everything else must not.
+NOT_COMPARED = ("timing/", "perf/")
+
+
+def _command(model_dir, out_dir, *extra):
+    return [str(ARL), "train", "configs/ci.yaml", f"model.path={model_dir}",
+            f"output_dir={out_dir}", f"steps={STEPS}", "learner.checkpoint_every=1",
+            "ray.address=local", *extra]
+
+
+def _env():
+    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+
+
+def _rows(out_dir):
+    lines = (pathlib.Path(out_dir) / "ci" / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    return [{k: v for k, v in r.items() if not k.startswith(NOT_COMPARED)} for r in rows]
+
+
+def _final_weights_sha(out_dir):
+    path = pathlib.Path(out_dir) / "ci" / "checkpoints" / f"step_{STEPS:06d}" / "model.safetensors"
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL the training process, as a power cut would; then reap the Ray processes it
+    started so they do not outlive the test."""
+    psutil = pytest.importorskip("psutil")
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    time.sleep(1)
+    for child in children:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def test_kill_9_then_resume_auto_matches_an_uninterrupted_run(tmp_path, warm_model_dir):
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    done = subprocess.run(_command(warm_model_dir, whole), cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    kill_after = random.Random(os.getpid()).randint(2, STEPS - 1)  # steps logged before kill -9
+    proc = subprocess.Popen(_command(warm_model_dir, broken), cwd=ROOT, env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = broken / "ci" / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.exists() and metrics.read_text().count("\n") >= kill_after:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    _kill_tree(proc)
+    assert metrics.read_text().count("\n") < STEPS
+
+    resumed = subprocess.run(_command(warm_model_dir, broken, "resume=auto"), cwd=ROOT,
+                             env=_env(), capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [r["step"] for r in _rows(broken)] == list(range(STEPS))
+    assert _rows(broken) == _rows(whole)
+    assert _final_weights_sha(broken) == _final_weights_sha(whole)
