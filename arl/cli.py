@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 
 from arl.config import ConfigError, load_config
@@ -40,11 +41,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "train":
             cfg = load_config(*_split(args.config))
-            from arl.train import NonFiniteError, train
+            from arl.train import NonFiniteError, Stopped, train
             from learner.checkpoint import CheckpointError
 
             try:
                 metrics = train(cfg)
+            except Stopped as err:
+                print(f"arl: {err}", file=sys.stderr)
+                return 128 + signal.SIGTERM
             except (NonFiniteError, CheckpointError) as err:
                 print(f"arl: {err}", file=sys.stderr)
                 return 3

@@ -6,8 +6,11 @@ learner step -> push weights v+1 -> log. Everything heavy lives behind `actors/`
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,10 +42,14 @@ def start_states(cfg: Config, step: int) -> StartStates:
 
 
 def train(cfg: Config, use_ray: bool = True) -> dict[str, float]:
-    """Run `cfg.steps` GSPO steps; return the last step's metrics."""
+    """Run `cfg.steps` GSPO steps; return the last step's metrics.
+
+    SIGTERM (`ray job stop`, `kill`) lets the current step finish, saves a checkpoint and
+    raises `Stopped`; `resume=auto` continues from there.
+    """
     from actors.loop import Cluster  # heavy (ray, torch models): imported when training starts
 
-    with Run(cfg) as run, Cluster(cfg, use_ray=use_ray) as cluster:
+    with Run(cfg) as run, Cluster(cfg, use_ray=use_ray) as cluster, _StopOnSigterm() as stop:
         if run.resume_from is not None:
             cluster.load_checkpoint(run.resume_from)
         cluster.push_weights(version=run.start_step)
@@ -59,26 +66,68 @@ def train(cfg: Config, use_ray: bool = True) -> dict[str, float]:
             t3 = time.perf_counter()
             if cfg.learner.checkpoint_every and (step + 1) % cfg.learner.checkpoint_every == 0:
                 cluster.save_checkpoint(run.checkpoint_dir(step + 1), step + 1)
-            total = time.perf_counter() - t0
             metrics = {
                 **rollout_metrics(batch.summaries, cfg.rollout.group_size),
                 "rollout/masked_groups": float((~keep).sum() / cfg.rollout.group_size),
                 **learner_metrics,
-                "timing/generate": t1 - t0,
-                "timing/train": t2 - t1,
-                "timing/weight_sync": t3 - t2,
-                "timing/other": total - (t3 - t0),
-                "timing/step": total,
-                "perf/rollout_tokens_per_s": batch.sampled_tokens / max(t1 - t0, 1e-9),
-                "perf/train_tokens_per_s": learner_metrics["perf/train_tokens"]
-                / max(t2 - t1, 1e-9),
+                **_timing(t0, t1, t2, t3, batch.sampled_tokens, learner_metrics),
             }
             run.log(step, metrics)
             if learner_metrics["learner/skipped_in_row"] >= cfg.learner.max_nonfinite_in_row:
                 _abort_non_finite(cfg, run, cluster, step + 1)
+            if stop.requested:
+                _stop(run, cluster, step + 1)
         if not run.has_checkpoint(cfg.steps):
             cluster.save_checkpoint(run.checkpoint_dir(cfg.steps), cfg.steps)
     return metrics
+
+
+def _timing(t0: float, t1: float, t2: float, t3: float, sampled_tokens: int,
+            learner_metrics: dict[str, float]) -> dict[str, float]:
+    """Timing and throughput of one step: t0 start, t1 collected, t2 trained, t3 synced."""
+    total = time.perf_counter() - t0
+    return {
+        "timing/generate": t1 - t0,
+        "timing/train": t2 - t1,
+        "timing/weight_sync": t3 - t2,
+        "timing/other": total - (t3 - t0),
+        "timing/step": total,
+        "perf/rollout_tokens_per_s": sampled_tokens / max(t1 - t0, 1e-9),
+        "perf/train_tokens_per_s": learner_metrics["perf/train_tokens"] / max(t2 - t1, 1e-9),
+    }
+
+
+class Stopped(RuntimeError):
+    """The run was asked to stop (SIGTERM) and saved a checkpoint first."""
+
+
+class _StopOnSigterm:
+    """Turns SIGTERM into a flag checked between steps (main thread only; elsewhere, and for
+    a second SIGTERM, the previous handler stays in charge). Restores the handler on exit."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def __enter__(self) -> _StopOnSigterm:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
+def _stop(run: Run, cluster: Any, steps_done: int) -> None:
+    path = run.checkpoint_dir(steps_done)
+    if not run.has_checkpoint(steps_done):
+        cluster.save_checkpoint(path, steps_done)
+    raise Stopped(f"stopped by SIGTERM after step {steps_done}; checkpoint saved at {path} "
+                  f"(resume=auto continues from it)")
 
 
 def _advantages(cfg: Config, summaries) -> tuple[np.ndarray, np.ndarray]:

@@ -83,3 +83,25 @@ def test_kill_9_then_resume_auto_matches_an_uninterrupted_run(tmp_path, warm_mod
     assert [r["step"] for r in _rows(broken)] == list(range(STEPS))
     assert _rows(broken) == _rows(whole)
     assert _final_weights_sha(broken) == _final_weights_sha(whole)
+
+
+def test_sigterm_saves_a_checkpoint_then_exits(tmp_path, warm_model_dir):
+    from learner.checkpoint import load_checkpoint
+
+    command = _command(warm_model_dir, tmp_path, "steps=500", "learner.checkpoint_every=0")
+    proc = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    metrics = tmp_path / "ci" / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.exists() and metrics.read_text().count("\n") >= 2:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)  # what `ray job stop` sends
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    steps = metrics.read_text().count("\n")
+    assert f"stopped by SIGTERM after step {steps}" in stderr
+    checkpoints = sorted((tmp_path / "ci" / "checkpoints").iterdir())
+    assert [p.name for p in checkpoints] == [f"step_{steps:06d}"]
+    assert load_checkpoint(str(checkpoints[0])).step == steps
