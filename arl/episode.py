@@ -10,6 +10,7 @@ chat template. `loss_mask` is set at the moment tokens are appended: 1 for sampl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,7 +47,7 @@ class _Episode:
     invalid_calls: int = 0
     done: bool = False
     info: dict[str, Any] = field(default_factory=dict)
-    env_error: str | None = None
+    failure: str | None = None
 
     def append(self, ids: Sequence[int], sampled: bool, logprobs: Sequence[float] = ()) -> None:
         """Append ids; the mask and logprobs are written here and nowhere else."""
@@ -114,8 +115,9 @@ def run_episodes(
 
     Each turn samples with seed `params.seed + turn` so that a batch is reproducible.
     Episodes end when the env terminates or truncates, or after `max_turns` model turns.
-    An exception raised by an env's reset or step ends that episode only: its trajectory
-    carries `env_error` (a reset failure leaves it without tokens); the others play on.
+    An exception raised by an env's reset or step, a non-finite reward, or non-finite sampler
+    log-probs end that episode only: its trajectory carries `failure` (a reset failure leaves
+    it without tokens); the others play on.
     """
     episodes = [_start(env, seed, gid, renderer) for env, seed, gid in starts]
     for turn in range(max_turns):
@@ -138,7 +140,7 @@ def _start(env: Env, seed: int, group_id: int, renderer: ChatRenderer) -> _Episo
         start = env.reset(seed)
     except Exception as err:  # an env bug must not take the other episodes down
         ep = _Episode(env, EnvReset((), ()), group_id, [], [], [], [], done=True)
-        ep.env_error = _describe(err, "reset")
+        ep.failure = _describe(err, "reset")
         return ep
     ep = _Episode(env, start, group_id, list(start.messages), [], [], [])
     ep.append(renderer.prompt_ids(start), sampled=False)
@@ -155,6 +157,9 @@ def _advance(
 ) -> None:
     """Append one sampled turn, let the env answer, and append its reply if the game goes on."""
     ep.append(ids.tolist(), sampled=True, logprobs=logprobs.tolist())
+    if not np.isfinite(logprobs).all():  # a broken engine: never let NaN reach the learner
+        ep.failure, ep.done = "the engine returned non-finite sampler log-probs", True
+        return
     body = ids[:-1] if finished else ids  # the stop id is not part of the text
     text = renderer.tokenizer.decode(body.tolist(), skip_special_tokens=False)
     turn = parse_turn(text, finished, ep.start.tools)
@@ -166,9 +171,13 @@ def _advance(
     try:
         result = ep.env.step(turn)
     except Exception as err:  # an env bug must not take the other episodes down
-        ep.env_error, ep.done = _describe(err, "step"), True
+        ep.failure, ep.done = _describe(err, "step"), True
         return
-    ep.reward += float(result.reward)
+    reward = _as_float(result.reward)
+    if not math.isfinite(reward):
+        ep.failure, ep.done = f"env.step returned a non-finite reward ({result.reward!r})", True
+        return
+    ep.reward += reward
     ep.info = dict(result.info)
     ep.done = result.terminated or result.truncated or last_turn
     if not ep.done:
@@ -191,8 +200,16 @@ def _finish(ep: _Episode, version: int) -> Trajectory:
         num_tool_calls=ep.tool_calls,
         num_invalid_calls=ep.invalid_calls,
         info=ep.info,
-        env_error=ep.env_error,
+        failure=ep.failure,
     )
+
+
+def _as_float(value: Any) -> float:
+    """`value` as a float, NaN if it is not a number at all."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def _describe(err: Exception, where: str) -> str:

@@ -29,7 +29,7 @@ def rollout_metrics(summaries: Sequence[EpisodeSummary], group_size: int) -> dic
         "rollout/tool_calls_per_episode": float(np.mean([s.num_tool_calls for s in summaries])),
         "rollout/invalid_tool_call_rate": sum(s.num_invalid_calls for s in summaries)
         / max(turns, 1),
-        "rollout/env_failures": float(sum(s.env_error is not None for s in summaries)),
+        "rollout/failed_episodes": float(sum(s.failure is not None for s in summaries)),
         "rollout/action_entropy": action_entropy(summaries),
         "rollout/zero_variance_groups": float(
             np.mean(rewards.reshape(-1, group_size).std(axis=1) == 0)

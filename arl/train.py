@@ -134,7 +134,7 @@ def _advantages(cfg: Config, summaries) -> tuple[np.ndarray, np.ndarray]:
     """(advantages [B], keep [B]): group-relative advantages, and a mask that drops every
     group with a failed episode (an env raised: its reward says nothing about the policy)."""
     size = cfg.rollout.group_size
-    keep = ~np.array([s.env_error is not None for s in summaries]).reshape(-1, size).any(axis=1)
+    keep = ~np.array([s.failure is not None for s in summaries]).reshape(-1, size).any(axis=1)
     rewards = torch.tensor([s.reward for s in summaries], dtype=torch.float32).view(-1, size)
     advantages = group_advantages(rewards, cfg.learner.advantage_eps)
     advantages[~torch.from_numpy(keep)] = 0.0

@@ -119,8 +119,8 @@ class Trajectory:
     token_ids         [T] int32: prompt ids, then sampled and env ids in the order they occurred
     loss_mask         [T] int8: 1 only where the rollout engine sampled the token
     sampler_logprobs  [T] float32: sampler's log-prob where loss_mask == 1, else 0
-    env_error         None, or why the env raised: the episode failed and its group must not
-                      be trained on (its reward is meaningless)
+    failure           None, or why the episode failed (the env raised, or a reward or a
+                      sampler log-prob was not finite): its group must not be trained on
     """
 
     token_ids: np.ndarray
@@ -133,7 +133,7 @@ class Trajectory:
     num_tool_calls: int
     num_invalid_calls: int
     info: dict[str, Any] = field(default_factory=dict)
-    env_error: str | None = None
+    failure: str | None = None
 
     @property
     def response_len(self) -> int:
@@ -151,7 +151,7 @@ class Trajectory:
             num_tool_calls=self.num_tool_calls,
             num_invalid_calls=self.num_invalid_calls,
             info=self.info,
-            env_error=self.env_error,
+            failure=self.failure,
         )
 
 
@@ -167,7 +167,7 @@ class EpisodeSummary:
     num_tool_calls: int
     num_invalid_calls: int
     info: dict[str, Any] = field(default_factory=dict)
-    env_error: str | None = None  # see Trajectory
+    failure: str | None = None  # see Trajectory
 
 
 @dataclass(frozen=True)

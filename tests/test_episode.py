@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -133,7 +135,30 @@ class _BrokenEnv:
         self.steps += 1
         if self.fail_in == "step" and self.steps == 2:
             raise RuntimeError("opponent crashed\nwith a traceback")
-        return self.env.step(turn)
+        result = self.env.step(turn)
+        if self.fail_in == "reward":
+            return dataclasses.replace(result, reward=float("nan"))
+        return result
+
+
+class _NaNEngine:
+    """A real engine whose first sequence of its first batch comes back with NaN log-probs."""
+
+    def __init__(self, engine):
+        self.engine, self.calls = engine, 0
+
+    @property
+    def version(self):
+        return self.engine.version
+
+    def generate(self, prompts, params):
+        out = self.engine.generate(prompts, params)
+        self.calls += 1
+        if self.calls > 1:
+            return out
+        first = out[0]
+        nan = np.full_like(first.logprobs, np.nan)
+        return [dataclasses.replace(first, logprobs=nan), *out[1:]]
 
 
 def test_env_exceptions_fail_only_their_episode(warm_model_dir):
@@ -144,9 +169,23 @@ def test_env_exceptions_fail_only_their_episode(warm_model_dir):
               for s, fail in enumerate(["reset", "step", "never", "never"])]
     params = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=24, seed=3)
     trajs = run_episodes(engine, renderer, starts, params, max_turns=6)
-    assert trajs[0].env_error == "env.reset raised KeyError: 'no such board'"
-    assert len(trajs[0].token_ids) == 0 and trajs[0].summary().env_error == trajs[0].env_error
+    assert trajs[0].failure == "env.reset raised KeyError: 'no such board'"
+    assert len(trajs[0].token_ids) == 0 and trajs[0].summary().failure == trajs[0].failure
     broken = trajs[1]  # no tictactoe game ends after one turn (with retries, not even invalid)
     assert broken.num_turns == 2
-    assert broken.env_error == "env.step raised RuntimeError: opponent crashed with a traceback"
-    assert all(t.env_error is None and t.num_turns >= 1 for t in trajs[2:])
+    assert broken.failure == "env.step raised RuntimeError: opponent crashed with a traceback"
+    assert all(t.failure is None and t.num_turns >= 1 for t in trajs[2:])
+
+
+def test_non_finite_rewards_and_logprobs_fail_their_episode(warm_model_dir):
+    engine = HFEngine(warm_model_dir, dtype="float32")
+    tok = engine.get_tokenizer()
+    renderer = ChatRenderer(tok, stop_token=tok.eos_token)
+    starts = [(_BrokenEnv(make_env(RETRY_GAME), fail), s, s)
+              for s, fail in enumerate(["never", "reward", "never"])]
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=24, seed=3)
+    trajs = run_episodes(_NaNEngine(engine), renderer, starts, params, max_turns=6)
+    assert trajs[0].failure == "the engine returned non-finite sampler log-probs"
+    assert trajs[1].failure == "env.step returned a non-finite reward (nan)"
+    assert trajs[1].reward == 0.0 and trajs[1].num_turns == 1
+    assert trajs[2].failure is None and np.isfinite(trajs[2].sampler_logprobs).all()

@@ -123,8 +123,8 @@ def test_env_failures_mask_their_groups_and_the_run_goes_on(tmp_path, warm_model
     cfg = _cfg(tmp_path, warm_model_dir, "steps=3")
     metrics = train(cfg, use_ray=False)
     rows = _rows(tmp_path / "ci")
-    assert len(rows) == 3 and metrics["rollout/env_failures"] == 0.0
-    assert [r["rollout/env_failures"] for r in rows[:2]] == [6.0, 2.0]  # 8 episodes a step
+    assert len(rows) == 3 and metrics["rollout/failed_episodes"] == 0.0
+    assert [r["rollout/failed_episodes"] for r in rows[:2]] == [6.0, 2.0]  # 8 episodes a step
     assert [r["rollout/masked_groups"] for r in rows[:2]] == [2.0, 1.0]
     # metrics.jsonl writes NaN as null. Step 0 had every group masked: no update, so no loss.
     unset = {"learner/loss", "learner/grad_norm"}
