@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from typing import Any
 
 from arl.config import Config, to_dict
@@ -41,6 +42,7 @@ class Run:
         else:
             self.start_step = checkpoint_step(self.resume_from)
             _keep_rows_before(self.metrics_path, self.start_step)
+            _remove_partial_checkpoints(os.path.join(self.dir, "checkpoints"))
         with open(os.path.join(self.dir, "config.json"), "w", encoding="utf-8") as f:
             json.dump(to_dict(self.cfg), f, indent=2)
         self._sinks.append(JsonlLogger(self.metrics_path))
@@ -113,6 +115,13 @@ def latest_checkpoint(directory: str) -> str | None:
     if not steps:
         return None
     return os.path.join(directory, max(steps, key=lambda n: int(n[5:])))
+
+
+def _remove_partial_checkpoints(directory: str) -> None:
+    """Delete the temp folders of checkpoint writes that a crash cut short."""
+    for name in os.listdir(directory):
+        if name.startswith(".step_") and ".tmp-" in name:
+            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
 
 
 def _keep_rows_before(path: str, step: int) -> None:

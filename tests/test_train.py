@@ -140,8 +140,11 @@ def test_resume_auto_continues_and_refuses_a_tampered_checkpoint(tmp_path, warm_
     whole = train(_cfg(tmp_path / "a", warm_model_dir, "steps=3"), use_ray=False)
     train(_cfg(tmp_path / "b", warm_model_dir, "steps=2", "learner.checkpoint_every=1"),
           use_ray=False)
+    partial = tmp_path / "b" / "ci" / "checkpoints" / ".step_000003.tmp-x1"
+    partial.mkdir()  # what a crash in the middle of a checkpoint write leaves
     resumed = train(_cfg(tmp_path / "b", warm_model_dir, "steps=3", "resume=auto"),
                     use_ray=False)
+    assert not partial.exists()
     assert resumed["rollout/reward_mean"] == whole["rollout/reward_mean"]
     assert resumed["learner/loss"] == whole["learner/loss"]
     assert [r["step"] for r in _rows(tmp_path / "b" / "ci")] == [0, 1, 2]
