@@ -31,13 +31,17 @@ class ActorGroup:
         num_gpus: float = 0.0,
         use_ray: bool = True,
         name: str = "",
+        max_restarts: int = 0,
     ):
+        """max_restarts: how often Ray rebuilds a member that died (with the same constructor
+        arguments); its in-flight calls fail and are not retried (the caller decides)."""
         self.use_ray = use_ray
         if use_ray:
             remote_cls = ray.remote(cls)
             self.members = [
                 remote_cls.options(
-                    num_cpus=num_cpus, num_gpus=num_gpus, name=f"{name}-{i}" if name else None
+                    num_cpus=num_cpus, num_gpus=num_gpus, name=f"{name}-{i}" if name else None,
+                    max_restarts=max_restarts, max_task_retries=0,
                 ).remote(*args)
                 for i, args in enumerate(args_per_member)
             ]
@@ -61,13 +65,28 @@ class ActorGroup:
             for m, args in zip(self.members, args_per_member, strict=True)
         ]
 
+    def submit_one(self, index: int, method: str, args: tuple[Any, ...],
+                   num_returns: int = 1) -> Any:
+        """Start `method` on member `index` only."""
+        member = self.members[index]
+        if not self.use_ray:
+            return getattr(member, method)(*args)
+        return getattr(member, method).options(num_returns=num_returns).remote(*args)
+
+    def replace(self, index: int) -> None:
+        """Kill member `index` (a hung one) and let Ray rebuild it (needs max_restarts)."""
+        if self.use_ray:
+            ray.kill(self.members[index], no_restart=False)
+
     def call(self, method: str, *args: Any) -> list[Any]:
         """Run `method(*args)` on every member and wait for the results."""
         return self.get(self.submit(method, [args] * len(self.members)))
 
-    def get(self, refs: Any) -> Any:
-        """Resolve object refs produced by this group (a no-op in-process)."""
-        return ray.get(refs) if self.use_ray else refs
+    def get(self, refs: Any, timeout: float | None = None) -> Any:
+        """Resolve object refs produced by this group (a no-op in-process). Raises
+        ray.exceptions.GetTimeoutError after `timeout` seconds, RayActorError if the member
+        died."""
+        return ray.get(refs, timeout=timeout) if self.use_ray else refs
 
     def put(self, value: Any) -> Any:
         """Store `value` once for every member to read (the object store, or itself)."""

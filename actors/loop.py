@@ -7,10 +7,13 @@ with one object-store put per version that every rollout worker maps.
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import ray
 
 from actors import cluster as ray_cluster
 from actors.group import ActorGroup
@@ -18,6 +21,9 @@ from actors.learner import LearnerWorker
 from actors.rollout import RolloutWorker
 from arl.config import Config, to_dict
 from arl.types import EpisodeSummary
+
+log = logging.getLogger(__name__)
+REBUILD_WAIT_S = 300.0  # how long a rebuilt rollout worker may take to come back
 
 
 @dataclass(frozen=True)
@@ -58,19 +64,78 @@ class Cluster:
             num_cpus=cfg.rollout.cpus_per_worker,
             use_ray=self.use_ray,
             name=f"{cfg.run_name}-rollout",
+            max_restarts=cfg.rollout.max_restarts,
         )
+        self.actor_restarts = 0  # rollout workers rebuilt (new processes), whole run
+        self._pids: list[int | None] = [None] * cfg.rollout.num_workers
         return self
 
     def collect(self, env_seeds: list[int], group_ids: list[int], seed: int) -> RolloutBatch:
-        """Every worker plays its share of the groups; only summaries come to the driver."""
+        """Every worker plays its share of the groups; only summaries come to the driver.
+
+        A worker that dies (or, with `rollout.timeout_s`, hangs) is rebuilt by Ray, given the
+        current weights, and asked for the same share again: same seeds, so the same
+        episodes. The lost call's results are never fetched, so nothing is consumed twice.
+        """
         parts = np.array_split(np.arange(len(env_seeds)), len(self.rollout))
         args = [
             ([env_seeds[i] for i in part], [group_ids[i] for i in part], seed * 1009 + w)
             for w, part in enumerate(parts)
         ]
         refs = self.rollout.submit("collect", args, num_returns=2)
-        summaries = [s for ref in refs for s in self.rollout.get(ref[0])]
-        return RolloutBatch(summaries, [ref[1] for ref in refs])
+        summaries, trajectory_refs = [], []
+        for w, ref in enumerate(refs):
+            part, ref = self._fetch(w, ref, args[w])
+            summaries += part
+            trajectory_refs.append(ref[1])
+        return RolloutBatch(summaries, trajectory_refs)
+
+    def _fetch(self, w: int, ref: Any, args: tuple) -> tuple[list[EpisodeSummary], Any]:
+        """(summaries, refs) of worker `w`'s collect, redone on a rebuilt worker if it died,
+        hung, or came back restarted (with weights older than the current version)."""
+        timeout = self.cfg.rollout.timeout_s or None
+        for _ in range(self._max_attempts()):
+            try:
+                part = self.rollout.get(ref[0], timeout=timeout)
+                if all(s.policy_version == self._version for s in part):
+                    return part, ref
+                self._rebuilt(w, "was restarted with old weights")
+            except ray.exceptions.GetTimeoutError:
+                self.rollout.replace(w)
+                self._rebuilt(w, f"took over {timeout}s and was replaced")
+            except ray.exceptions.RayActorError as err:
+                self._rebuilt(w, f"died ({type(err).__name__})")
+            ref = self.rollout.submit_one(w, "collect", args, num_returns=2)
+        raise RuntimeError(f"rollout worker {w} kept failing; rollout.max_restarts exceeded")
+
+    def _rebuilt(self, w: int, why: str) -> None:
+        """Give rollout worker `w` the current weights once Ray has rebuilt it, and count it
+        as restarted if its process changed."""
+        log.warning("rollout worker %d %s; it gets version %d again", w, why, self._version)
+        deadline = time.monotonic() + REBUILD_WAIT_S
+        while True:
+            load = self.rollout.submit_one(w, "update_weights", (self._weights, self._version))
+            try:
+                self._note_pid(w, self.rollout.get(load))
+                return
+            except ray.exceptions.ActorDiedError as err:
+                raise RuntimeError(f"rollout worker {w} is dead for good "
+                                   "(rollout.max_restarts exceeded)") from err
+            except ray.exceptions.RayActorError:  # still restarting
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def _note_pid(self, w: int, pid: int | None) -> None:
+        if pid is None:
+            return
+        if self._pids[w] is not None and self._pids[w] != pid:
+            self.actor_restarts += 1
+        self._pids[w] = pid
+
+    def _max_attempts(self) -> int:
+        limit = self.cfg.rollout.max_restarts
+        return 1 + (limit if limit >= 0 else 10**9)
 
     def learner_step(self, batch: RolloutBatch, advantages: np.ndarray,
                      keep: np.ndarray) -> dict[str, float]:
@@ -81,8 +146,13 @@ class Cluster:
     def push_weights(self, version: int) -> None:
         """One export, one put, one load call per rollout worker."""
         weights = self.learner.submit("export_weights", [()])[0]
+        self._weights, self._version = weights, version  # also for a rebuilt rollout worker
         loads = self.rollout.submit("update_weights", [(weights, version)] * len(self.rollout))
-        self.rollout.get(loads)
+        for w, load in enumerate(loads):
+            try:
+                self._note_pid(w, self.rollout.get(load))
+            except ray.exceptions.RayActorError:
+                self._rebuilt(w, "died during a weight update")
 
     def load_checkpoint(self, directory: str) -> int:
         """Restore the learner from `directory`; return the checkpoint's step. Push weights

@@ -5,6 +5,7 @@ A plain class: `ActorGroup` hosts it as a Ray actor (or in-process for tests).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -59,8 +60,11 @@ class RolloutWorker:
         )
         return [t.summary() for t in trajectories], trajectories
 
-    def update_weights(self, weights: Mapping[str, Any], version: int) -> None:
+    def update_weights(self, weights: Mapping[str, Any], version: int) -> int:
+        """Load `weights` as `version`; return this process's pid, which tells the driver
+        whether the worker it talks to is a rebuilt one."""
         self.engine.update_weights(weights, version)
+        return os.getpid()
 
     @property
     def version(self) -> int:

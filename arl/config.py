@@ -58,6 +58,8 @@ class RolloutConfig:
     top_p: float = 1.0
     max_new_tokens: int = 48  # per turn
     max_turns: int = 1
+    max_restarts: int = 3  # per rollout worker (Ray restarts a dead actor); -1: no limit
+    timeout_s: float = 0.0  # a collect that takes longer gets its worker replaced; 0: none
 
 
 @dataclass
@@ -152,7 +154,8 @@ _POSITIVE = (
     "warmstart.num_heads", "env.search_depth", "learner.max_nonfinite_in_row",
 )
 _NON_NEGATIVE = (
-    "seed", "learner.warmup_steps", "learner.weight_decay", "learner.checkpoint_every",
+    "seed", "learner.warmup_steps", "rollout.timeout_s", "learner.weight_decay",
+    "learner.checkpoint_every",
     "env.max_retries", "ray.num_cpus", "env.opponent_epsilon",
     "warmstart.malformed_fraction", "warmstart.illegal_fraction", "warmstart.game_fraction",
 )
@@ -215,6 +218,8 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
     for key in _NON_NEGATIVE:
         if not _get(cfg, key) >= 0:
             raise ConfigError(key, f"must be >= 0, got {_get(cfg, key)!r}")
+    if cfg.rollout.max_restarts < -1:
+        raise ConfigError("rollout.max_restarts", "must be >= -1 (-1: no limit)")
     if cfg.rollout.group_size < 2:
         raise ConfigError("rollout.group_size", "must be >= 2: advantages are group-relative")
     if cfg.rollout.top_p > 1:

@@ -69,6 +69,7 @@ def train(cfg: Config, use_ray: bool = True) -> dict[str, float]:
             metrics = {
                 **rollout_metrics(batch.summaries, cfg.rollout.group_size),
                 "rollout/masked_groups": float((~keep).sum() / cfg.rollout.group_size),
+                "rollout/actor_restarts": float(cluster.actor_restarts),
                 **learner_metrics,
                 **_timing(t0, t1, t2, t3, batch.sampled_tokens, learner_metrics),
             }

@@ -157,3 +157,35 @@ def test_resume_auto_continues_and_refuses_a_tampered_checkpoint(tmp_path, warm_
     open(weights, "wb").write(bytes(data))
     with pytest.raises(CheckpointError, match="model.safetensors"):
         train(_cfg(tmp_path / "b", warm_model_dir, "steps=4", "resume=auto"), use_ray=False)
+
+
+def test_killed_rollout_worker_is_rebuilt_and_the_run_completes(tmp_path, warm_model_dir):
+    import signal
+    import threading
+    import time
+
+    import ray
+
+    cfg = _cfg(tmp_path, warm_model_dir, "steps=12", "ray.address=local")
+    metrics_path = tmp_path / "ci" / "metrics.jsonl"
+    killed = []
+
+    def rows() -> int:
+        return metrics_path.read_text().count("\n") if metrics_path.exists() else 0
+
+    def killer():  # SIGKILL the rollout worker's process after steps 1, 4 and 7
+        for after in (1, 4, 7):
+            while rows() < after:
+                time.sleep(0.01)
+            actor = ray.get_actor("ci-rollout-0")
+            pid = ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    metrics = train(cfg, use_ray=True)
+    thread.join(timeout=60)
+    assert len(killed) == 3 and len(set(killed)) == 3  # three different processes died
+    assert metrics["rollout/actor_restarts"] == 3.0
+    assert [r["step"] for r in _rows(tmp_path / "ci")] == list(range(12))
