@@ -29,15 +29,26 @@ class LearnerWorker:
     ):
         set_torch_threads(threads)
         self.temperature = temperature
+        self.consumed: set[int] = set()  # episode ids trained on: the consumer-side ledger
         self.learner = GSPOLearner(model.path, cfg, model.dtype, total_steps, seed)
 
     def step(self, advantages: np.ndarray, keep: np.ndarray,
              *shards: Sequence[Trajectory]) -> dict[str, float]:
-        """Train on the trajectories where `keep` [B] is true, with their advantages [B]."""
+        """Train on the trajectories where `keep` [B] is true, with their advantages [B].
+        A trajectory whose episode id was trained on before is dropped and counted in
+        `learner/duplicate_trajectories` (a replayed share must never count twice)."""
         trajectories = [t for shard in shards for t in shard]
-        rows = np.flatnonzero(keep)
-        return self.learner.step([trajectories[i] for i in rows], advantages[rows],
-                                 temperature=self.temperature)
+        rows, duplicates = [], 0
+        for i in np.flatnonzero(keep):
+            episode = trajectories[i].episode_id
+            if episode >= 0 and episode in self.consumed:
+                duplicates += 1
+                continue
+            self.consumed.add(episode)
+            rows.append(i)
+        metrics = self.learner.step([trajectories[i] for i in rows], advantages[rows],
+                                    temperature=self.temperature)
+        return {**metrics, "learner/duplicate_trajectories": float(duplicates)}
 
     def export_weights(self) -> dict[str, np.ndarray]:
         return self.learner.export_weights()

@@ -5,6 +5,7 @@ A plain class: `ActorGroup` hosts it as a Ray actor (or in-process for tests).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -55,9 +56,14 @@ class RolloutWorker:
             max_new_tokens=self.cfg.max_new_tokens,
             seed=seed,
         )
-        trajectories = run_episodes(
+        played = run_episodes(
             self.engine, self.renderer, starts, params, max_turns=self.cfg.max_turns
         )
+        size = self.cfg.group_size  # episodes come group by group, in order
+        trajectories = [
+            dataclasses.replace(t, episode_id=t.group_id * size + i % size)
+            for i, t in enumerate(played)
+        ]
         return [t.summary() for t in trajectories], trajectories
 
     def update_weights(self, weights: Mapping[str, Any], version: int) -> int:

@@ -134,6 +134,7 @@ class Trajectory:
     num_invalid_calls: int
     info: dict[str, Any] = field(default_factory=dict)
     failure: str | None = None
+    episode_id: int = -1  # unique in a run: group_id * group_size + index in the group
 
     @property
     def response_len(self) -> int:
@@ -152,6 +153,7 @@ class Trajectory:
             num_invalid_calls=self.num_invalid_calls,
             info=self.info,
             failure=self.failure,
+            episode_id=self.episode_id,
         )
 
 
@@ -168,6 +170,7 @@ class EpisodeSummary:
     num_invalid_calls: int
     info: dict[str, Any] = field(default_factory=dict)
     failure: str | None = None  # see Trajectory
+    episode_id: int = -1  # see Trajectory
 
 
 @dataclass(frozen=True)

@@ -170,12 +170,12 @@ def test_killed_rollout_worker_is_rebuilt_and_the_run_completes(tmp_path, warm_m
     metrics_path = tmp_path / "ci" / "metrics.jsonl"
     killed = []
 
-    def rows() -> int:
+    def steps_logged() -> int:
         return metrics_path.read_text().count("\n") if metrics_path.exists() else 0
 
     def killer():  # SIGKILL the rollout worker's process after steps 1, 4 and 7
         for after in (1, 4, 7):
-            while rows() < after:
+            while steps_logged() < after:
                 time.sleep(0.01)
             actor = ray.get_actor("ci-rollout-0")
             pid = ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))
@@ -188,4 +188,25 @@ def test_killed_rollout_worker_is_rebuilt_and_the_run_completes(tmp_path, warm_m
     thread.join(timeout=60)
     assert len(killed) == 3 and len(set(killed)) == 3  # three different processes died
     assert metrics["rollout/actor_restarts"] == 3.0
-    assert [r["step"] for r in _rows(tmp_path / "ci")] == list(range(12))
+    rows = _rows(tmp_path / "ci")
+    assert [r["step"] for r in rows] == list(range(12))
+    assert all(r["learner/duplicate_trajectories"] == 0.0 for r in rows)
+
+
+def test_the_learner_never_trains_twice_on_an_episode(warm_model_dir):
+    import numpy as np
+
+    from actors.learner import LearnerWorker
+    from actors.rollout import RolloutWorker
+
+    cfg = _cfg("unused", warm_model_dir)
+    rollout = RolloutWorker(cfg.model, cfg.rollout, cfg.env, 1)
+    learner = LearnerWorker(cfg.model, cfg.learner, 3, 0, 1.0, 1)
+    summaries, trajectories = rollout.collect([11, 12], [0, 1], seed=5)
+    assert sorted(t.episode_id for t in trajectories) == list(range(8))
+    advantages, keep = np.linspace(-1, 1, 8), np.ones(8, dtype=bool)
+    first = learner.step(advantages, keep, trajectories)
+    again = learner.step(advantages, keep, trajectories[:3], trajectories[3:])  # replayed
+    assert first["learner/duplicate_trajectories"] == 0.0
+    assert again["learner/duplicate_trajectories"] == 8.0
+    assert again["perf/train_tokens"] == 0.0  # nothing trained
