@@ -102,6 +102,7 @@ _STEP_DIR = re.compile(r"step_(\d+)")
 
 
 def checkpoint_step(path: str) -> int:
+    """The step of a checkpoint folder `.../step_<n>`."""
     return int(_STEP_DIR.fullmatch(os.path.basename(os.path.normpath(path))).group(1))
 
 
@@ -114,7 +115,7 @@ def latest_checkpoint(directory: str) -> str | None:
     steps = [name for name in os.listdir(directory) if _STEP_DIR.fullmatch(name)]
     if not steps:
         return None
-    return os.path.join(directory, max(steps, key=lambda n: int(n[5:])))
+    return os.path.join(directory, max(steps, key=checkpoint_step))
 
 
 def _remove_partial_checkpoints(directory: str) -> None:

@@ -75,9 +75,14 @@ def train(cfg: Config, use_ray: bool = True) -> dict[str, float]:
             }
             run.log(step, metrics)
             if learner_metrics["learner/skipped_in_row"] >= cfg.learner.max_nonfinite_in_row:
-                _abort_non_finite(cfg, run, cluster, step + 1)
+                _checkpoint_and_raise(run, cluster, step + 1, NonFiniteError, (
+                    f"{cfg.learner.max_nonfinite_in_row} optimizer steps in a row had a "
+                    "non-finite loss or gradient (learner.max_nonfinite_in_row); none was "
+                    f"applied (check the rewards and the learning rate); stopped after step "
+                    f"{step + 1}"))
             if stop.requested:
-                _stop(run, cluster, step + 1)
+                _checkpoint_and_raise(run, cluster, step + 1, Stopped,
+                                      f"stopped by SIGTERM after step {step + 1}")
         if not run.has_checkpoint(cfg.steps):
             cluster.save_checkpoint(run.checkpoint_dir(cfg.steps), cfg.steps)
     return metrics
@@ -103,8 +108,8 @@ class Stopped(RuntimeError):
 
 
 class _StopOnSigterm:
-    """Turns SIGTERM into a flag checked between steps (main thread only; elsewhere, and for
-    a second SIGTERM, the previous handler stays in charge). Restores the handler on exit."""
+    """Turns SIGTERM into a flag checked between steps. Only the main thread can install a
+    handler; elsewhere SIGTERM keeps its previous handler. Restores the handler on exit."""
 
     def __init__(self) -> None:
         self.requested = False
@@ -123,14 +128,6 @@ class _StopOnSigterm:
             signal.signal(signal.SIGTERM, self._previous)
 
 
-def _stop(run: Run, cluster: Any, steps_done: int) -> None:
-    path = run.checkpoint_dir(steps_done)
-    if not run.has_checkpoint(steps_done):
-        cluster.save_checkpoint(path, steps_done)
-    raise Stopped(f"stopped by SIGTERM after step {steps_done}; checkpoint saved at {path} "
-                  f"(resume=auto continues from it)")
-
-
 def _advantages(cfg: Config, summaries) -> tuple[np.ndarray, np.ndarray]:
     """(advantages [B], keep [B]): group-relative advantages, and a mask that drops every
     group with a failed episode (an env raised: its reward says nothing about the policy)."""
@@ -142,12 +139,11 @@ def _advantages(cfg: Config, summaries) -> tuple[np.ndarray, np.ndarray]:
     return advantages.flatten().numpy(), np.repeat(keep, size)
 
 
-def _abort_non_finite(cfg: Config, run: Run, cluster, steps_done: int) -> None:
-    """Save a checkpoint of the (never NaN-updated) weights, then stop the run."""
+def _checkpoint_and_raise(run: Run, cluster: Any, steps_done: int,
+                          error: type[RuntimeError], message: str) -> None:
+    """Save a checkpoint after `steps_done` steps (unless checkpoint_every just did), then
+    raise `error`: the run stops, and resume=auto continues from that checkpoint."""
     path = run.checkpoint_dir(steps_done)
-    cluster.save_checkpoint(path, steps_done)
-    raise NonFiniteError(
-        f"{cfg.learner.max_nonfinite_in_row} optimizer steps in a row had a non-finite loss or "
-        f"gradient (learner.max_nonfinite_in_row); none was applied. Stopped after step "
-        f"{steps_done}; checkpoint saved at {path}. Check the rewards and the learning rate."
-    )
+    if not run.has_checkpoint(steps_done):
+        cluster.save_checkpoint(path, steps_done)
+    raise error(f"{message}; checkpoint saved at {path} (resume=auto continues from it)")
