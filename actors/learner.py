@@ -40,11 +40,12 @@ class LearnerWorker:
         trajectories = [t for shard in shards for t in shard]
         rows, duplicates = [], 0
         for i in np.flatnonzero(keep):
-            episode = trajectories[i].episode_id
-            if episode >= 0 and episode in self.consumed:
+            episode = trajectories[i].episode_id  # -1: not numbered, not tracked
+            if episode in self.consumed:
                 duplicates += 1
                 continue
-            self.consumed.add(episode)
+            if episode >= 0:
+                self.consumed.add(episode)
             rows.append(i)
         metrics = self.learner.step([trajectories[i] for i in rows], advantages[rows],
                                     temperature=self.temperature)
