@@ -57,8 +57,9 @@ class LearnerWorker:
     def save_checkpoint(self, directory: str, step: int, extra: dict) -> None:
         save_checkpoint(directory, self.learner.state_dict_for_checkpoint(), step, extra)
 
-    def load_checkpoint(self, directory: str) -> int:
-        """Restore the learner from a checkpoint (verified); return its step."""
+    def load_checkpoint(self, directory: str) -> dict:
+        """Restore the learner from a checkpoint (verified); return the JSON the driver
+        saved with it."""
         checkpoint = load_checkpoint(directory)
         self.learner.load_checkpoint_state(checkpoint.state)
-        return checkpoint.step
+        return checkpoint.extra_json

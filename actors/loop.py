@@ -148,19 +148,25 @@ class Cluster:
         weights = self.learner.submit("export_weights", [()])[0]
         self._weights, self._version = weights, version  # also for a rebuilt rollout worker
         loads = self.rollout.submit("update_weights", [(weights, version)] * len(self.rollout))
+        timeout = self.cfg.rollout.timeout_s or None
         for w, load in enumerate(loads):
             try:
-                self._note_pid(w, self.rollout.get(load))
+                self._note_pid(w, self.rollout.get(load, timeout=timeout))
+            except ray.exceptions.GetTimeoutError:
+                self.rollout.replace(w)
+                self._rebuilt(w, f"took over {timeout}s to load weights and was replaced")
             except ray.exceptions.RayActorError:
                 self._rebuilt(w, "died during a weight update")
 
-    def load_checkpoint(self, directory: str) -> int:
-        """Restore the learner from `directory`; return the checkpoint's step. Push weights
-        afterwards to bring the rollout workers to the same version."""
+    def load_checkpoint(self, directory: str) -> dict[str, Any]:
+        """Restore the learner from `directory`; return the `extra` JSON that
+        `save_checkpoint` stored. Push weights afterwards to bring the rollout workers to
+        the same version."""
         return self.learner.get(self.learner.submit("load_checkpoint", [(directory,)]))[0]
 
-    def save_checkpoint(self, directory: str, step: int) -> None:
-        extra = {"config": to_dict(self.cfg)}
+    def save_checkpoint(self, directory: str, step: int, extra: dict[str, Any]) -> None:
+        """Checkpoint the learner after `step` steps, with the run config and `extra` (JSON)."""
+        extra = {"config": to_dict(self.cfg), **extra}
         self.learner.get(self.learner.submit("save_checkpoint", [(directory, step, extra)]))
 
     def __exit__(self, *exc: object) -> None:

@@ -59,7 +59,7 @@ class RolloutConfig:
     max_new_tokens: int = 48  # per turn
     max_turns: int = 1
     max_restarts: int = 3  # per rollout worker (Ray restarts a dead actor); -1: no limit
-    timeout_s: float = 0.0  # a collect that takes longer gets its worker replaced; 0: none
+    timeout_s: float = 0.0  # a collect or weight load slower than this: worker replaced; 0 off
 
 
 @dataclass

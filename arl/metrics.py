@@ -82,10 +82,11 @@ def _finite_or_none(value: float) -> float | None:
 
 
 class WandbLogger:
-    """wandb in online, offline or disabled mode; it never prompts for a key."""
+    """wandb in online, offline or disabled mode; it never prompts for a key. `run_id`
+    continues an existing wandb run (a resumed training run) instead of starting one."""
 
     def __init__(self, mode: str, project: str, entity: str, name: str, run_dir: str,
-                 config: dict[str, Any]):
+                 config: dict[str, Any], run_id: str | None = None):
         import wandb  # heavy import at the edge
 
         if mode == "online" and not os.environ.get("WANDB_API_KEY") and not _netrc_has_wandb():
@@ -95,10 +96,16 @@ class WandbLogger:
             project=project,
             entity=entity or None,
             name=name,
+            id=run_id,
+            resume="allow" if run_id else None,
             dir=run_dir,
             config=config,
             settings=wandb.Settings(silent=True, console="off"),
         )
+
+    @property
+    def run_id(self) -> str:
+        return str(self._run.id)
 
     @property
     def run_dir(self) -> str:

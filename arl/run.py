@@ -16,6 +16,7 @@ from typing import Any
 
 from arl.config import Config, to_dict
 from arl.metrics import JsonlLogger, WandbLogger
+from arl.pointer import read_latest
 
 PROGRESS_KEYS = (("rollout/reward_mean", "reward"), ("rollout/invalid_tool_call_rate", "invalid"))
 
@@ -29,6 +30,7 @@ class Run:
         self.progress = progress
         self._sinks: list[Any] = []
         self._bar: Any = None
+        self._wandb: WandbLogger | None = None
         # The checkpoint to continue from (None: a new run), and the step it ends.
         self.resume_from: str | None = None
         self.start_step = 0
@@ -45,19 +47,27 @@ class Run:
             _remove_partial_checkpoints(os.path.join(self.dir, "checkpoints"))
         with open(os.path.join(self.dir, "config.json"), "w", encoding="utf-8") as f:
             json.dump(to_dict(self.cfg), f, indent=2)
+        return self
+
+    def open_sinks(self, wandb_run_id: str | None = None) -> None:
+        """Start metrics.jsonl, wandb and the progress bar. A resumed run passes the wandb
+        run id its checkpoint recorded, so wandb continues that run instead of a new one."""
         self._sinks.append(JsonlLogger(self.metrics_path))
         if self.cfg.wandb.mode != "disabled":
             wb = self.cfg.wandb
-            self._sinks.append(
-                WandbLogger(wb.mode, wb.project, wb.entity, self.cfg.run_name, self.dir,
-                            to_dict(self.cfg))
-            )
+            self._wandb = WandbLogger(wb.mode, wb.project, wb.entity, self.cfg.run_name,
+                                      self.dir, to_dict(self.cfg), run_id=wandb_run_id)
+            self._sinks.append(self._wandb)
         if self.progress:
             from tqdm import tqdm
 
             self._bar = tqdm(total=self.cfg.steps, initial=self.start_step,
                              desc=self.cfg.run_name, unit="step")
-        return self
+
+    @property
+    def wandb_run_id(self) -> str | None:
+        """The wandb run's id (None when wandb is disabled); checkpoints record it."""
+        return self._wandb.run_id if self._wandb is not None else None
 
     @property
     def metrics_path(self) -> str:
@@ -83,7 +93,7 @@ class Run:
             self._bar.close()
         for sink in self._sinks:
             sink.close()
-        if os.path.getsize(self.metrics_path):
+        if os.path.exists(self.metrics_path) and os.path.getsize(self.metrics_path):
             from arl.plot import plot_run
 
             plot_run(self.dir)
@@ -107,21 +117,27 @@ def checkpoint_step(path: str) -> int:
 
 
 def latest_checkpoint(directory: str) -> str | None:
-    """The checkpoint of the highest step in `directory`, or None. Checkpoints appear by an
-    atomic rename once complete, so every step_<n> folder was complete when written;
-    `load_checkpoint` still verifies its hashes before anything is loaded."""
+    """The checkpoint to resume from in `directory`, or None if there is none.
+
+    The `latest` pointer names it; a step_<n> folder newer than the pointer also counts
+    (a crash can fall between a checkpoint's rename and the pointer's update). Checkpoints
+    appear by an atomic rename once complete, so every step_<n> folder was complete when
+    written; `load_checkpoint` still verifies its hashes before anything is loaded."""
     if not os.path.isdir(directory):
         return None
-    steps = [name for name in os.listdir(directory) if _STEP_DIR.fullmatch(name)]
-    if not steps:
-        return None
-    return os.path.join(directory, max(steps, key=checkpoint_step))
+    steps = [os.path.join(directory, n) for n in os.listdir(directory) if _STEP_DIR.fullmatch(n)]
+    pointed = read_latest(directory)
+    if pointed is not None and _STEP_DIR.fullmatch(pointed.name):
+        steps.append(str(pointed))
+    return max(steps, key=checkpoint_step) if steps else None
 
 
 def _remove_partial_checkpoints(directory: str) -> None:
-    """Delete the temp folders of checkpoint writes that a crash cut short."""
+    """Delete the temp folders (and pointer files) of checkpoint writes a crash cut short."""
     for name in os.listdir(directory):
-        if name.startswith(".step_") and ".tmp-" in name:
+        if name.startswith(".latest.tmp-"):
+            os.remove(os.path.join(directory, name))
+        elif name.startswith(".step_") and ".tmp-" in name:
             shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
 
 

@@ -50,8 +50,8 @@ def train(cfg: Config, use_ray: bool = True) -> dict[str, float]:
     from actors.loop import Cluster  # heavy (ray, torch models): imported when training starts
 
     with Run(cfg) as run, Cluster(cfg, use_ray=use_ray) as cluster, _StopOnSigterm() as stop:
-        if run.resume_from is not None:
-            cluster.load_checkpoint(run.resume_from)
+        resumed = cluster.load_checkpoint(run.resume_from) if run.resume_from else {}
+        run.open_sinks(wandb_run_id=resumed.get("wandb_run_id"))
         cluster.push_weights(version=run.start_step)
         metrics: dict[str, float] = {}
         for step in range(run.start_step, cfg.steps):
@@ -65,7 +65,7 @@ def train(cfg: Config, use_ray: bool = True) -> dict[str, float]:
             cluster.push_weights(version=step + 1)
             t3 = time.perf_counter()
             if cfg.learner.checkpoint_every and (step + 1) % cfg.learner.checkpoint_every == 0:
-                cluster.save_checkpoint(run.checkpoint_dir(step + 1), step + 1)
+                _save_checkpoint(run, cluster, step + 1)
             metrics = {
                 **rollout_metrics(batch.summaries, cfg.rollout.group_size),
                 "rollout/masked_groups": float((~keep).sum() / cfg.rollout.group_size),
@@ -84,7 +84,7 @@ def train(cfg: Config, use_ray: bool = True) -> dict[str, float]:
                 _checkpoint_and_raise(run, cluster, step + 1, Stopped,
                                       f"stopped by SIGTERM after step {step + 1}")
         if not run.has_checkpoint(cfg.steps):
-            cluster.save_checkpoint(run.checkpoint_dir(cfg.steps), cfg.steps)
+            _save_checkpoint(run, cluster, cfg.steps)
     return metrics
 
 
@@ -139,11 +139,17 @@ def _advantages(cfg: Config, summaries) -> tuple[np.ndarray, np.ndarray]:
     return advantages.flatten().numpy(), np.repeat(keep, size)
 
 
+def _save_checkpoint(run: Run, cluster: Any, steps_done: int) -> None:
+    """The learner's checkpoint after `steps_done` steps, with the wandb run id to resume."""
+    cluster.save_checkpoint(run.checkpoint_dir(steps_done), steps_done,
+                            {"wandb_run_id": run.wandb_run_id})
+
+
 def _checkpoint_and_raise(run: Run, cluster: Any, steps_done: int,
                           error: type[RuntimeError], message: str) -> None:
     """Save a checkpoint after `steps_done` steps (unless checkpoint_every just did), then
     raise `error`: the run stops, and resume=auto continues from that checkpoint."""
-    path = run.checkpoint_dir(steps_done)
     if not run.has_checkpoint(steps_done):
-        cluster.save_checkpoint(path, steps_done)
+        _save_checkpoint(run, cluster, steps_done)
+    path = run.checkpoint_dir(steps_done)
     raise error(f"{message}; checkpoint saved at {path} (resume=auto continues from it)")

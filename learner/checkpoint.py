@@ -10,6 +10,9 @@ A checkpoint is one directory:
                            the schedule is a pure function of it), skipped_steps, extra_json
     manifest.json          format, step, policy_version, and sha256 + size of every file above
 
+and next to it, in the parent directory, `latest`: the name of the newest checkpoint, replaced
+atomically once that checkpoint is complete (written last).
+
 Nothing is ever unpickled: a checkpoint from an untrusted place can at worst fail to load.
 Writes are atomic: the files go to a temporary sibling directory, each is fsync'd, and the
 directory is renamed into place (then its parent fsync'd), so a crash leaves either no
@@ -29,6 +32,8 @@ from typing import Any
 
 from safetensors.torch import load_file, save_file
 from torch import Tensor
+
+from arl.pointer import write_latest
 
 FORMAT = 1
 MODEL_FILE = "model.safetensors"
@@ -52,12 +57,14 @@ class LearnerState:
                    "param_groups": [dict of JSON values]}
     version        learner steps done
     skipped_steps  optimizer steps skipped for non-finite values, over the whole run
+    skipped_in_row those skipped since the last applied one (the abort counter)
     """
 
     model: dict[str, Tensor]
     optimizer: dict[str, Any]
     version: int
     skipped_steps: int
+    skipped_in_row: int = 0
 
 
 @dataclass(frozen=True)
@@ -72,7 +79,8 @@ class Checkpoint:
 def save_checkpoint(
     directory: str | os.PathLike, state: LearnerState, step: int, extra_json: dict[str, Any]
 ) -> Path:
-    """Write `state` as a checkpoint at `directory` (which must not exist yet) and return it.
+    """Write `state` as a checkpoint at `directory` (which must not exist yet), then point
+    the parent's `latest` file at it, and return it.
 
     `extra_json` must be JSON-serialisable (e.g. the run config, rollout RNG seeds). Raises
     FileExistsError if `directory` exists; TypeError or ValueError if anything meant for
@@ -84,7 +92,8 @@ def save_checkpoint(
     target.parent.mkdir(parents=True, exist_ok=True)
     opt_tensors, opt_json = _flatten_optimizer(state.optimizer)
     learner_json = {
-        "version": state.version, "skipped_steps": state.skipped_steps, "extra": extra_json,
+        "version": state.version, "skipped_steps": state.skipped_steps,
+        "skipped_in_row": state.skipped_in_row, "extra": extra_json,
     }
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
     try:
@@ -108,6 +117,7 @@ def save_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _fsync_dir(target.parent)
+    write_latest(target.parent, target.name)
     return target
 
 
@@ -139,6 +149,7 @@ def load_checkpoint(directory: str | os.PathLike) -> Checkpoint:
             optimizer=optimizer,
             version=int(learner_json["version"]),
             skipped_steps=int(learner_json["skipped_steps"]),
+            skipped_in_row=int(learner_json.get("skipped_in_row", 0)),
         )
         return Checkpoint(state=state, step=int(manifest["step"]), extra_json=learner_json["extra"])
     except (KeyError, ValueError, TypeError) as err:

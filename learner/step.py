@@ -206,7 +206,8 @@ class GSPOLearner:
         """A snapshot (copies) of parameters, AdamW state, version and skip count."""
         params = {n: p.detach().clone() for n, p in self.model.named_parameters()}
         optimizer = copy.deepcopy(self.optimizer.state_dict())
-        return LearnerState(params, optimizer, self.version, self.skipped_steps)
+        return LearnerState(params, optimizer, self.version, self.skipped_steps,
+                            self.skipped_in_row)
 
     def load_checkpoint_state(self, state: LearnerState) -> None:
         """Restore a `state_dict_for_checkpoint` snapshot into this learner (same model
@@ -224,6 +225,7 @@ class GSPOLearner:
         self.optimizer.load_state_dict(state.optimizer)
         self.version = state.version
         self.skipped_steps = state.skipped_steps
+        self.skipped_in_row = state.skipped_in_row
 
 
 def _require_no_dropout(model: torch.nn.Module) -> None:

@@ -135,16 +135,21 @@ def test_env_failures_mask_their_groups_and_the_run_goes_on(tmp_path, warm_model
 
 
 def test_resume_auto_continues_and_refuses_a_tampered_checkpoint(tmp_path, warm_model_dir):
-    from learner.checkpoint import CheckpointError
+    from learner.checkpoint import CheckpointError, load_checkpoint
 
     whole = train(_cfg(tmp_path / "a", warm_model_dir, "steps=3"), use_ray=False)
-    train(_cfg(tmp_path / "b", warm_model_dir, "steps=2", "learner.checkpoint_every=1"),
-          use_ray=False)
+    train(_cfg(tmp_path / "b", warm_model_dir, "steps=2", "learner.checkpoint_every=1",
+               "wandb.mode=offline"), use_ray=False)
     partial = tmp_path / "b" / "ci" / "checkpoints" / ".step_000003.tmp-x1"
     partial.mkdir()  # what a crash in the middle of a checkpoint write leaves
-    resumed = train(_cfg(tmp_path / "b", warm_model_dir, "steps=3", "resume=auto"),
-                    use_ray=False)
+    resumed = train(_cfg(tmp_path / "b", warm_model_dir, "steps=3", "resume=auto",
+                         "wandb.mode=offline"), use_ray=False)
     assert not partial.exists()
+    # wandb continues the same run: both offline run folders carry the checkpoint's run id.
+    ids = {p.rsplit("-", 1)[1] for p in glob.glob(str(tmp_path / "b/ci/wandb/offline-run-*"))}
+    assert len(glob.glob(str(tmp_path / "b/ci/wandb/offline-run-*"))) == 2 and len(ids) == 1
+    extra = load_checkpoint(str(tmp_path / "b/ci/checkpoints/step_000003")).extra_json
+    assert extra["wandb_run_id"] == ids.pop()
     assert resumed["rollout/reward_mean"] == whole["rollout/reward_mean"]
     assert resumed["learner/loss"] == whole["learner/loss"]
     assert [r["step"] for r in _rows(tmp_path / "b" / "ci")] == [0, 1, 2]
@@ -190,6 +195,35 @@ def test_killed_rollout_worker_is_rebuilt_and_the_run_completes(tmp_path, warm_m
     assert metrics["rollout/actor_restarts"] == 3.0
     rows = _rows(tmp_path / "ci")
     assert [r["step"] for r in rows] == list(range(12))
+    assert all(r["learner/duplicate_trajectories"] == 0.0 for r in rows)
+
+
+def test_hung_rollout_worker_is_replaced_after_timeout(tmp_path, warm_model_dir):
+    import threading
+    import time
+
+    import ray
+
+    cfg = _cfg(tmp_path, warm_model_dir, "steps=4", "ray.address=local", "rollout.timeout_s=15")
+    metrics_path = tmp_path / "ci" / "metrics.jsonl"
+    hung = []
+
+    def hang():  # after step 1, the worker's next call waits behind a 10-minute sleep
+        while not metrics_path.exists() or metrics_path.read_text().count("\n") < 1:
+            time.sleep(0.01)
+        actor = ray.get_actor("ci-rollout-0")
+        hung.append(ray.get(actor.__ray_call__.remote(lambda self: os.getpid())))
+        actor.__ray_call__.remote(lambda self: time.sleep(600))
+
+    thread = threading.Thread(target=hang, daemon=True)
+    thread.start()
+    started = time.monotonic()
+    metrics = train(cfg, use_ray=True)
+    thread.join(timeout=60)
+    assert hung and time.monotonic() - started < 300  # nobody waited out the sleep
+    assert metrics["rollout/actor_restarts"] >= 1.0
+    rows = _rows(tmp_path / "ci")
+    assert [r["step"] for r in rows] == list(range(4))
     assert all(r["learner/duplicate_trajectories"] == 0.0 for r in rows)
 
 

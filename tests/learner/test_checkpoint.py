@@ -16,6 +16,7 @@ from learner.checkpoint import (
     MODEL_FILE,
     OPTIMIZER_TENSORS_FILE,
     CheckpointError,
+    LearnerState,
     load_checkpoint,
     save_checkpoint,
 )
@@ -97,7 +98,9 @@ def test_manifest_records_step_version_and_hashes(trained):
     assert manifest["step"] == 2 and manifest["policy_version"] == 2
     assert sorted(manifest["files"]) == sorted(DATA_FILES)
     assert sorted(os.listdir(path)) == sorted([*DATA_FILES, MANIFEST_FILE])
-    assert os.listdir(path.parent) == [path.name]  # no temporary directory left behind
+    # No temporary directory left behind; the pointer names the checkpoint.
+    assert sorted(os.listdir(path.parent)) == sorted([path.name, "latest"])
+    assert (path.parent / "latest").read_text() == path.name + "\n"
 
 
 def test_no_file_is_a_pickle(trained):
@@ -147,3 +150,30 @@ def test_existing_directory_is_not_overwritten(trained):
     with pytest.raises(FileExistsError):
         save_checkpoint(path, learner.state_dict_for_checkpoint(), step=3, extra_json={})
     assert load_checkpoint(path).step == 2
+
+
+def _tiny_state(step, skipped_in_row=0):
+    param = torch.nn.Parameter(torch.full((4,), float(step)))
+    optimizer = torch.optim.AdamW([param], lr=1e-3)
+    return LearnerState({"w": param.detach()}, optimizer.state_dict(), step, 1, skipped_in_row)
+
+
+def test_latest_pointer_names_the_newest_checkpoint_and_stays_in_its_directory(tmp_path):
+    from arl.pointer import LATEST_FILE, read_latest
+    from arl.run import latest_checkpoint
+
+    root = tmp_path / "checkpoints"
+    assert latest_checkpoint(str(root)) is None
+    for step in (1, 2):
+        save_checkpoint(root / f"step_{step:06d}", _tiny_state(step, skipped_in_row=step), step,
+                        {})
+        assert read_latest(root) == root / f"step_{step:06d}"
+    assert load_checkpoint(read_latest(root)).state.skipped_in_row == 2
+    # A crash between a checkpoint's rename and the pointer's update: the newer folder wins.
+    (root / LATEST_FILE).write_text("step_000001\n")
+    assert latest_checkpoint(str(root)) == str(root / "step_000002")
+    for hostile in ("../step_000002", "/etc", "", "step_000009"):
+        (root / LATEST_FILE).write_text(hostile)
+        assert read_latest(root) is None, hostile
+    (root / LATEST_FILE).unlink()
+    assert latest_checkpoint(str(root)) == str(root / "step_000002")

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+from arl.pointer import read_latest
 from arl.run import checkpoint_step, latest_checkpoint
 from learner.checkpoint import load_checkpoint
 
@@ -55,5 +56,9 @@ def test_sigkill_during_checkpoint_writes_never_loses_the_last_complete_one(tmp_
         reported = [int(x) for x in out.split()] or [completed + 1]
         assert checkpoint.step in (max(reported), max(reported) + 1)
         assert float(checkpoint.state.model["w"][0]) != 0.0
+        # The pointer is written last: it names a whole checkpoint, the newest or the one
+        # before it (if the kill fell between the rename and the pointer's update).
+        pointed = load_checkpoint(read_latest(directory))
+        assert pointed.step in (checkpoint.step, checkpoint.step - 1)
         completed = checkpoint.step
     assert completed >= TRIALS
