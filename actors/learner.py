@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ class LearnerWorker:
         self.learner = GSPOLearner(model.path, cfg, model.dtype, total_steps, seed)
 
     def step(self, advantages: np.ndarray, keep: np.ndarray,
-             *shards: Sequence[Trajectory]) -> dict[str, float]:
+             *shards: Sequence[Trajectory]) -> dict[str, Any]:
         """Train on the trajectories where `keep` [B] is true, with their advantages [B].
         A trajectory whose episode id was trained on before is dropped and counted in
         `learner/duplicate_trajectories` (a replayed share must never count twice)."""

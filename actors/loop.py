@@ -70,16 +70,21 @@ class Cluster:
         self._pids: list[int | None] = [None] * cfg.rollout.num_workers
         return self
 
-    def collect(self, env_seeds: list[int], group_ids: list[int], seed: int) -> RolloutBatch:
+    def collect(self, env_seeds: list[int], group_ids: list[int], seed: int,
+                transcripts: int = 0) -> RolloutBatch:
         """Every worker plays its share of the groups; only summaries come to the driver.
+        The first `transcripts` groups each bring one decoded conversation.
 
         A worker that dies (or, with `rollout.timeout_s`, hangs) is rebuilt by Ray, given the
         current weights, and asked for the same share again: same seeds, so the same
         episodes. The lost call's results are never fetched, so nothing is consumed twice.
         """
         parts = np.array_split(np.arange(len(env_seeds)), len(self.rollout))
+        wanted = np.clip(transcripts - np.cumsum([0, *map(len, parts[:-1])]), 0,
+                         [len(p) for p in parts])  # groups with a transcript, per worker
         args = [
-            ([env_seeds[i] for i in part], [group_ids[i] for i in part], seed * 1009 + w)
+            ([env_seeds[i] for i in part], [group_ids[i] for i in part], seed * 1009 + w,
+             int(wanted[w]))
             for w, part in enumerate(parts)
         ]
         refs = self.rollout.submit("collect", args, num_returns=2)
@@ -138,7 +143,7 @@ class Cluster:
         return 1 + (limit if limit >= 0 else 10**9)
 
     def learner_step(self, batch: RolloutBatch, advantages: np.ndarray,
-                     keep: np.ndarray) -> dict[str, float]:
+                     keep: np.ndarray) -> dict[str, Any]:
         """One learner step on the batch's trajectories where `keep` is true."""
         refs = self.learner.submit("step", [(advantages, keep, *batch.trajectory_refs)])
         return self.learner.get(refs)[0]

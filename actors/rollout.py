@@ -43,8 +43,11 @@ class RolloutWorker:
         self.renderer = ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
 
     def collect(
-        self, env_seeds: Sequence[int], group_ids: Sequence[int], seed: int
+        self, env_seeds: Sequence[int], group_ids: Sequence[int], seed: int,
+        transcripts: int = 0,
     ) -> tuple[list[EpisodeSummary], list[Trajectory]]:
+        """Play the groups (see the class docstring). The first episode of each of the first
+        `transcripts` groups carries its decoded conversation in `summary.transcript`."""
         starts = [
             (make_env(self.env_cfg), int(env_seed), int(group_id))
             for env_seed, group_id in zip(env_seeds, group_ids, strict=True)
@@ -64,7 +67,13 @@ class RolloutWorker:
             dataclasses.replace(t, episode_id=t.group_id * size + i % size)
             for i, t in enumerate(played)
         ]
-        return [t.summary() for t in trajectories], trajectories
+        tokenizer = self.engine.get_tokenizer()
+        summaries = [
+            t.summary(tokenizer.decode(t.token_ids.tolist())
+                      if i % size == 0 and i // size < transcripts else None)
+            for i, t in enumerate(trajectories)
+        ]
+        return summaries, trajectories
 
     def update_weights(self, weights: Mapping[str, Any], version: int) -> int:
         """Load `weights` as `version`; return this process's pid, which tells the driver

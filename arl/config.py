@@ -93,6 +93,8 @@ class WandbConfig:
     mode: str = "offline"  # online | offline | disabled
     project: str = "arl"
     entity: str = ""
+    samples_every: int = 10  # steps between sample conversations (wandb table, samples.jsonl)
+    samples: int = 4  # conversations each time (one per group); 0: none
 
 
 @dataclass
@@ -155,7 +157,7 @@ _POSITIVE = (
 )
 _NON_NEGATIVE = (
     "seed", "learner.warmup_steps", "rollout.timeout_s", "learner.weight_decay",
-    "learner.checkpoint_every",
+    "learner.checkpoint_every", "wandb.samples_every", "wandb.samples",
     "env.max_retries", "ray.num_cpus", "env.opponent_epsilon",
     "warmstart.malformed_fraction", "warmstart.illegal_fraction", "warmstart.game_fraction",
 )

@@ -31,6 +31,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from arl.types import Histogram
+
 
 class LossOutput(NamedTuple):
     loss: Tensor  # [] fp32 scalar; carries the graph to logprobs
@@ -165,24 +167,44 @@ def grpo_loss(
     return LossOutput(loss, ratio, low_frac, high_frac)
 
 
-def diagnostics(outputs: Sequence[LossOutput]) -> dict[str, float]:
+LENGTH_BINS = (8, 16, 32, 64, 128)  # response-length bin upper bounds for clip fractions
+
+
+def diagnostics(outputs: Sequence[LossOutput],
+                lengths: Sequence[Tensor] = ()) -> dict[str, float | Histogram]:
     """Aggregate the per-sequence fields of all micro-batches of a step into `gspo/...` metrics.
 
     Every sequence weighs the same; clip fractions are fractions of sequences (for grpo, the
-    sequence-weighted mean of per-sequence token clip fractions).
+    sequence-weighted mean of per-sequence token clip fractions). `gspo/ratio_hist` is the
+    distribution of the sequence ratios. Given `lengths` ([B] mask-token counts, one per
+    output), `gspo/clip_fraction_len_le<n>` is the clip fraction (low + high) of the
+    sequences with a response length in (previous bound, n]; `_gt128` the rest. Empty bins
+    are left out.
     """
     if not outputs:
         raise ValueError("diagnostics needs at least one LossOutput")
     ratio = torch.cat([o.ratio.reshape(-1).double() for o in outputs])  # [sum B]
     low = torch.cat([o.clipped_low.reshape(-1).double() for o in outputs])  # [sum B]
     high = torch.cat([o.clipped_high.reshape(-1).double() for o in outputs])  # [sum B]
-    return {
+    metrics: dict[str, float | Histogram] = {
         "gspo/ratio_mean": ratio.mean().item(),
         "gspo/ratio_min": ratio.min().item(),
         "gspo/ratio_max": ratio.max().item(),
         "gspo/clip_fraction_low": low.mean().item(),
         "gspo/clip_fraction_high": high.mean().item(),
+        "gspo/ratio_hist": Histogram.of(ratio.numpy(), bins=16),
     }
+    if lengths:
+        length = torch.cat([n.reshape(-1).double() for n in lengths])  # [sum B]
+        edges = torch.tensor(LENGTH_BINS, dtype=torch.float64)
+        bins = torch.bucketize(length, edges)  # [sum B] in 0..len(LENGTH_BINS): (lo, hi]
+        names = [f"le{n}" for n in LENGTH_BINS] + [f"gt{LENGTH_BINS[-1]}"]
+        for b, name in enumerate(names):
+            rows = bins == b
+            if rows.any():
+                clipped = (low[rows] + high[rows]).mean().item()
+                metrics[f"gspo/clip_fraction_len_{name}"] = clipped
+    return metrics
 
 
 LossFn = Callable[[Tensor, Tensor, Tensor, Tensor, float, float, int], LossOutput]

@@ -14,11 +14,21 @@ from typing import Any
 
 import numpy as np
 
-from arl.types import EpisodeSummary
+from arl.types import EpisodeSummary, Histogram
+
+Metrics = dict[str, float | Histogram]
+# Episode outcomes as each env names them -> the four game-outcome rates every run logs.
+OUTCOME_RATES = {
+    "game/win_rate": ("win",),
+    "game/draw_rate": ("draw",),
+    "game/loss_rate": ("loss",),
+    "game/illegal_rate": ("invalid", "invalid_call", "illegal_move"),  # an invalid turn ended it
+}
 
 
-def rollout_metrics(summaries: Sequence[EpisodeSummary], group_size: int) -> dict[str, float]:
-    """The seed's signals for one batch of episodes (groups are consecutive, `group_size` each)."""
+def rollout_metrics(summaries: Sequence[EpisodeSummary], group_size: int) -> Metrics:
+    """The seed's signals for one batch of episodes (groups are consecutive, `group_size` each):
+    reward, length, tool calls, actions (entropy and a per-square histogram), outcomes."""
     rewards = np.array([s.reward for s in summaries], dtype=np.float64)
     turns = sum(s.num_turns for s in summaries)
     metrics = {
@@ -38,7 +48,16 @@ def rollout_metrics(summaries: Sequence[EpisodeSummary], group_size: int) -> dic
     outcomes = Counter(str(s.info["outcome"]) for s in summaries if "outcome" in s.info)
     for outcome, count in sorted(outcomes.items()):
         metrics[f"rollout/outcome_{outcome}"] = count / len(summaries)
-    return metrics
+    for key, names in OUTCOME_RATES.items():
+        metrics[key] = sum(outcomes[n] for n in names) / len(summaries)
+    return {**metrics, "rollout/action_hist": action_histogram(summaries)}
+
+
+def action_histogram(summaries: Sequence[EpisodeSummary]) -> Histogram:
+    """Counts of each chosen square/column (1..9 for tic-tac-toe, wider if an env has more)."""
+    chosen = [sq for s in summaries for sq in chosen_squares(s)]
+    top = max([9, *chosen])
+    return Histogram.of(chosen, bins=np.arange(0.5, top + 1.0))
 
 
 def chosen_squares(summary: EpisodeSummary) -> list[int]:
@@ -67,8 +86,8 @@ class JsonlLogger:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
 
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        row = {"step": step, **{k: _finite_or_none(v) for k, v in sorted(metrics.items())}}
+    def log(self, step: int, metrics: Metrics) -> None:
+        row = {"step": step, **{k: _jsonable(v) for k, v in sorted(metrics.items())}}
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
 
@@ -76,7 +95,10 @@ class JsonlLogger:
         self._file.close()
 
 
-def _finite_or_none(value: float) -> float | None:
+def _jsonable(value: float | Histogram) -> float | None | dict[str, list]:
+    """A histogram as its JSON dict; a number as itself, or None (null) if not finite."""
+    if isinstance(value, Histogram):
+        return value.as_json()
     value = float(value)
     return value if math.isfinite(value) else None
 
@@ -111,8 +133,20 @@ class WandbLogger:
     def run_dir(self) -> str:
         return str(self._run.dir)
 
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        self._run.log(metrics, step=step)
+    def log(self, step: int, metrics: Metrics) -> None:
+        import wandb
+
+        self._run.log({k: wandb.Histogram(np_histogram=(list(v.counts), list(v.edges)))
+                       if isinstance(v, Histogram) else v for k, v in metrics.items()},
+                      step=step)
+
+    def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
+        """A table of sample conversations (`samples` in wandb) at `step`."""
+        import wandb
+
+        columns = ["step", "group_id", "reward", "outcome", "conversation"]
+        table = wandb.Table(columns=columns, data=[[r[c] for c in columns] for r in rows])
+        self._run.log({"samples": table}, step=step)
 
     def close(self) -> None:
         self._run.finish()

@@ -1,4 +1,6 @@
-"""`arl plot`: one PNG of a run's key curves from metrics.jsonl, no wandb needed."""
+"""`arl plot`: one PNG dashboard of a run from metrics.jsonl, no wandb needed: reward,
+response length, tool-call stability, GSPO clip fractions, learner, timing, game outcomes,
+actions."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ PANELS = (
     ("GSPO clip fraction", ("gspo/clip_fraction_low", "gspo/clip_fraction_high")),
     ("learner", ("learner/loss", "learner/grad_norm")),
     ("seconds per step", ("timing/generate", "timing/train", "timing/weight_sync", "timing/other")),
+    ("game outcomes", ("game/win_rate", "game/draw_rate", "game/loss_rate", "game/illegal_rate")),
+    ("actions and groups", ("rollout/action_entropy", "rollout/zero_variance_groups")),
 )
 
 
@@ -40,10 +44,10 @@ def plot_run(run_dir: str, out: str | None = None) -> str:
     import matplotlib.pyplot as plt
 
     rows = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    fig, axes = plt.subplots(2, 4, figsize=(20, 8))
     for ax, (title, keys) in zip(axes.flat, PANELS, strict=True):
         for key in keys:
-            points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+            points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), int | float)]
             if points:
                 xs, ys = zip(*points, strict=True)
                 ax.plot(xs, ys, label=key.split("/", 1)[1], linewidth=1)

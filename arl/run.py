@@ -1,7 +1,8 @@
 """A run's directory and its outputs: config record, metrics.jsonl, wandb, progress, plot.
 
 Layout of `runs/<run_name>/`: config.json, metrics.jsonl (one JSON object per step),
-curves.png, checkpoints/step_<n>/, wandb/. A previous run of the same name is moved aside
+samples.jsonl (sample conversations every `wandb.samples_every` steps), curves.png,
+checkpoints/step_<n>/ and checkpoints/latest, wandb/. A previous run of the same name is moved aside
 to `<run_name>.prev-<k>`, never overwritten, unless the run resumes it (`resume=auto` and a
 checkpoint exists): then metrics.jsonl keeps its rows before the checkpoint's step and goes on.
 """
@@ -12,11 +13,13 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from typing import Any
 
 from arl.config import Config, to_dict
-from arl.metrics import JsonlLogger, WandbLogger
+from arl.metrics import JsonlLogger, Metrics, WandbLogger
 from arl.pointer import read_latest
+from arl.types import EpisodeSummary
 
 PROGRESS_KEYS = (("rollout/reward_mean", "reward"), ("rollout/invalid_tool_call_rate", "invalid"))
 
@@ -44,6 +47,7 @@ class Run:
         else:
             self.start_step = checkpoint_step(self.resume_from)
             _keep_rows_before(self.metrics_path, self.start_step)
+            _keep_rows_before(self.samples_path, self.start_step)
             _remove_partial_checkpoints(os.path.join(self.dir, "checkpoints"))
         with open(os.path.join(self.dir, "config.json"), "w", encoding="utf-8") as f:
             json.dump(to_dict(self.cfg), f, indent=2)
@@ -73,13 +77,29 @@ class Run:
     def metrics_path(self) -> str:
         return os.path.join(self.dir, "metrics.jsonl")
 
+    @property
+    def samples_path(self) -> str:
+        return os.path.join(self.dir, "samples.jsonl")
+
     def checkpoint_dir(self, step: int) -> str:
         return os.path.join(self.dir, "checkpoints", f"step_{step:06d}")
 
     def has_checkpoint(self, step: int) -> bool:
         return os.path.isdir(self.checkpoint_dir(step))
 
-    def log(self, step: int, metrics: dict[str, float]) -> None:
+    def log_samples(self, step: int, summaries: Sequence[EpisodeSummary]) -> None:
+        """The episodes that carry a transcript, to samples.jsonl and the wandb table."""
+        rows = [{"step": step, "group_id": s.group_id, "reward": s.reward,
+                 "outcome": str(s.info.get("outcome", "")), "conversation": s.transcript}
+                for s in summaries if s.transcript is not None]
+        if not rows:
+            return
+        with open(self.samples_path, "a", encoding="utf-8") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+        if self._wandb is not None:
+            self._wandb.log_samples(step, rows)
+
+    def log(self, step: int, metrics: Metrics) -> None:
         for sink in self._sinks:
             sink.log(step, metrics)
         if self._bar is not None:

@@ -17,7 +17,7 @@ import torch
 
 from arl.config import Config
 from arl.gspo import group_advantages
-from arl.metrics import rollout_metrics
+from arl.metrics import Metrics, rollout_metrics
 from arl.run import Run
 
 
@@ -41,7 +41,7 @@ def start_states(cfg: Config, step: int) -> StartStates:
     return StartStates([int(s) for s in seeds], ids)
 
 
-def train(cfg: Config, use_ray: bool = True) -> dict[str, float]:
+def train(cfg: Config, use_ray: bool = True) -> Metrics:
     """Run `cfg.steps` GSPO steps; return the last step's metrics.
 
     SIGTERM (`ray job stop`, `kill`) lets the current step finish, saves a checkpoint and
@@ -53,11 +53,13 @@ def train(cfg: Config, use_ray: bool = True) -> dict[str, float]:
         resumed = cluster.load_checkpoint(run.resume_from) if run.resume_from else {}
         run.open_sinks(wandb_run_id=resumed.get("wandb_run_id"))
         cluster.push_weights(version=run.start_step)
-        metrics: dict[str, float] = {}
+        metrics: Metrics = {}
         for step in range(run.start_step, cfg.steps):
             t0 = time.perf_counter()
             states = start_states(cfg, step)
-            batch = cluster.collect(states.env_seeds, states.group_ids, seed=cfg.seed + step)
+            samples = cfg.wandb.samples if step % max(cfg.wandb.samples_every, 1) == 0 else 0
+            batch = cluster.collect(states.env_seeds, states.group_ids, seed=cfg.seed + step,
+                                    transcripts=samples if cfg.wandb.samples_every else 0)
             t1 = time.perf_counter()
             advantages, keep = _advantages(cfg, batch.summaries)
             learner_metrics = cluster.learner_step(batch, advantages, keep)
@@ -73,6 +75,7 @@ def train(cfg: Config, use_ray: bool = True) -> dict[str, float]:
                 **learner_metrics,
                 **_timing(t0, t1, t2, t3, batch.sampled_tokens, learner_metrics),
             }
+            run.log_samples(step, batch.summaries)
             run.log(step, metrics)
             if learner_metrics["learner/skipped_in_row"] >= cfg.learner.max_nonfinite_in_row:
                 _checkpoint_and_raise(run, cluster, step + 1, NonFiniteError, (

@@ -141,7 +141,7 @@ class Trajectory:
         """Tokens the policy sampled in this episode."""
         return int(self.loss_mask.sum())
 
-    def summary(self) -> EpisodeSummary:
+    def summary(self, transcript: str | None = None) -> EpisodeSummary:
         """The array-free facts the driver needs for advantages and metrics."""
         return EpisodeSummary(
             reward=self.reward,
@@ -154,6 +154,7 @@ class Trajectory:
             info=self.info,
             failure=self.failure,
             episode_id=self.episode_id,
+            transcript=transcript,
         )
 
 
@@ -171,6 +172,27 @@ class EpisodeSummary:
     info: dict[str, Any] = field(default_factory=dict)
     failure: str | None = None  # see Trajectory
     episode_id: int = -1  # see Trajectory
+    transcript: str | None = None  # the decoded conversation, when the driver asked for it
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """A metric that is a distribution: `counts[i]` values fell in [edges[i], edges[i+1]).
+
+    metrics.jsonl stores it as {"edges": [...], "counts": [...]}; wandb as a histogram.
+    """
+
+    edges: tuple[float, ...]
+    counts: tuple[int, ...]
+
+    @staticmethod
+    def of(values: Any, bins: Any = 32) -> Histogram:
+        """numpy.histogram of `values` (`bins`: a count or the edges)."""
+        counts, edges = np.histogram(np.asarray(values, dtype=np.float64), bins=bins)
+        return Histogram(tuple(float(e) for e in edges), tuple(int(c) for c in counts))
+
+    def as_json(self) -> dict[str, list]:
+        return {"edges": list(self.edges), "counts": list(self.counts)}
 
 
 @dataclass(frozen=True)

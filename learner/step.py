@@ -38,7 +38,7 @@ import torch
 
 from arl import gspo
 from arl.config import LearnerConfig
-from arl.types import Trajectory
+from arl.types import Histogram, Trajectory
 from learner.checkpoint import LearnerState
 from learner.collate import Batch, collate
 from learner.model import load_model, set_torch_threads, token_logprobs
@@ -56,6 +56,7 @@ class _MiniResult:
     applied: bool  # False: non-finite loss or grad norm, step skipped
     outputs: list[gspo.LossOutput]
     tokens: int  # non-pad tokens through forward + backward
+    lengths: list[torch.Tensor]  # [b] response lengths (mask tokens), one per output
 
 
 class GSPOLearner:
@@ -102,7 +103,7 @@ class GSPOLearner:
 
     def step(
         self, trajectories: Sequence[Trajectory], advantages: np.ndarray, temperature: float = 1.0
-    ) -> dict[str, float]:
+    ) -> dict[str, float | Histogram]:
         """One learner step on a rollout batch; returns metrics.
 
         advantages [B], one per trajectory; temperature: the sampling temperature, so logprobs
@@ -134,7 +135,8 @@ class GSPOLearner:
             "learner/lr": lr,
             "learner/skipped_steps": float(skipped),
             "learner/skipped_in_row": float(self.skipped_in_row),
-            **gspo.diagnostics([o for r in results for o in r.outputs]),
+            **gspo.diagnostics([o for r in results for o in r.outputs],
+                               [n for r in results for n in r.lengths]),
             "rollout/sampler_logprob_gap": _sampler_gap(minis),
             "perf/train_tokens": float(sum(r.tokens for r in results)),
         }
@@ -170,7 +172,7 @@ class GSPOLearner:
         """Accumulate the mini-batch gradient over micro-batches; clip; step unless non-finite."""
         cfg = self.cfg
         self.optimizer.zero_grad(set_to_none=True)
-        loss, outputs, tokens = 0.0, [], 0
+        loss, outputs, lengths, tokens = 0.0, [], [], 0
         for micro in mini.split(cfg.micro_batch_size):
             logprobs = self._logprobs(micro, temperature)
             out = self.loss_fn(
@@ -180,6 +182,7 @@ class GSPOLearner:
             out.loss.backward()
             loss += out.loss.item()
             outputs.append(out)
+            lengths.append(micro.loss_mask.sum(dim=-1))
             tokens += micro.num_tokens
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip).item()
         applied = math.isfinite(loss) and math.isfinite(norm)
@@ -187,7 +190,7 @@ class GSPOLearner:
             self.optimizer.step()
         # Skipped: gradients (possibly NaN) are dropped before AdamW ever sees them.
         self.optimizer.zero_grad(set_to_none=True)
-        return _MiniResult(loss, norm, applied, outputs, tokens)
+        return _MiniResult(loss, norm, applied, outputs, tokens, lengths)
 
     def export_weights(self) -> dict[str, np.ndarray]:
         """The weights for rollout engines: HF state_dict names -> contiguous float32 numpy

@@ -103,5 +103,6 @@ def test_sigterm_saves_a_checkpoint_then_exits(tmp_path, warm_model_dir):
     steps = metrics.read_text().count("\n")
     assert f"stopped by SIGTERM after step {steps}" in stderr
     checkpoints = sorted((tmp_path / "ci" / "checkpoints").iterdir())
-    assert [p.name for p in checkpoints] == [f"step_{steps:06d}"]
-    assert load_checkpoint(str(checkpoints[0])).step == steps
+    assert [p.name for p in checkpoints] == ["latest", f"step_{steps:06d}"]
+    assert checkpoints[0].read_text() == f"step_{steps:06d}\n"
+    assert load_checkpoint(str(checkpoints[1])).step == steps
