@@ -1,7 +1,10 @@
-"""Evaluate a policy in-process: play N episodes of an env with one engine, report rates."""
+"""Evaluate a policy in-process with one engine: play episodes of an env and report rates,
+play full games against an opponent, or score given positions (`arl eval`)."""
 
 from __future__ import annotations
 
+import os
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -9,8 +12,14 @@ import numpy as np
 from actors.engines.hf import HFEngine
 from arl.config import EnvConfig
 from arl.episode import ChatRenderer, run_episodes
+from arl.evaluation import GAME_OUTCOMES, Position, Rate, game_outcome
+from arl.protocols import RolloutEngine
 from arl.types import SamplingParams, Trajectory
 from envs import make_env
+from envs.tictactoe_move import PositionEnv
+from learner.checkpoint import MANIFEST_FILE, load_checkpoint
+
+MAX_GAME_TURNS = {"tictactoe": 9, "connect_four": 24, "tictactoe_move": 1}
 
 
 @dataclass(frozen=True)
@@ -61,3 +70,52 @@ def summarize(trajectories: list[Trajectory]) -> EvalReport:
         parse_rate=sum(t.num_tool_calls for t in trajectories) / max(turns, 1),
         outcomes=outcomes,
     )
+
+
+def load_policy(path: str, dtype: str = "bfloat16") -> HFEngine:
+    """An engine holding the policy at `path`: a checkpoint directory (its hashes verified;
+    the architecture and tokenizer come from the model the run was configured with) or a
+    plain HF model directory."""
+    if not os.path.isfile(os.path.join(path, MANIFEST_FILE)):
+        return HFEngine(path, dtype=dtype)
+    checkpoint = load_checkpoint(path)
+    model_path = checkpoint.extra_json.get("config", {}).get("model", {}).get("path")
+    if not model_path:
+        raise ValueError(f"checkpoint {path} does not record the model it was trained from")
+    engine = HFEngine(model_path, dtype=dtype)
+    weights = {name: t.numpy() for name, t in checkpoint.state.model.items()}
+    engine.update_weights(weights, version=checkpoint.step)
+    return engine
+
+
+def _renderer(engine: RolloutEngine) -> ChatRenderer:
+    tokenizer = engine.get_tokenizer()
+    return ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
+
+
+def play_games(engine: RolloutEngine, env_cfg: EnvConfig, games: int, samples: int,
+               params: SamplingParams) -> dict[str, Rate]:
+    """Play `games` start states `samples` times each (env seeds params.seed + i) to the
+    end; return the rate of each of GAME_OUTCOMES over all games played."""
+    starts = [(make_env(env_cfg), params.seed + i, i) for i in range(games)
+              for _ in range(samples)]
+    played = run_episodes(engine, _renderer(engine), starts, params,
+                          max_turns=MAX_GAME_TURNS[env_cfg.name])
+    counts = Counter(game_outcome(str(t.info.get("outcome", "illegal"))) for t in played)
+    return {o: Rate(counts[o], len(played)) for o in GAME_OUTCOMES}
+
+
+def score_positions(engine: RolloutEngine, positions: list[Position], samples: int,
+                    params: SamplingParams, env_cfg: EnvConfig | None = None
+                    ) -> dict[str, Rate]:
+    """One move on each position, `samples` times: `accuracy` (a good move), `illegal` (an
+    occupied square) and `invalid_call` (no valid tool call) over all moves made."""
+    cfg = env_cfg or EnvConfig(name="tictactoe_move")
+    starts = [(PositionEnv(cfg, p.board, p.to_move), params.seed + i, i)
+              for i, p in enumerate(positions) for _ in range(samples)]
+    played = run_episodes(engine, _renderer(engine), starts, params, max_turns=1)
+    good = sum(t.info.get("square") in positions[t.group_id].good_moves for t in played)
+    outcomes = Counter(str(t.info.get("outcome")) for t in played)
+    total = len(played)
+    return {"accuracy": Rate(good, total), "illegal": Rate(outcomes["illegal_move"], total),
+            "invalid_call": Rate(outcomes["invalid_call"], total)}

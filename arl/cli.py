@@ -1,4 +1,4 @@
-"""The `arl` command: train, warmstart, plot.
+"""The `arl` command: train, warmstart, plot, eval, doctor, plan.
 
 Configs are validated before anything heavy is imported or Ray starts, so a bad key fails
 in about a second with a message that names it.
@@ -25,7 +25,25 @@ def _parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="draw a run's curves from its metrics.jsonl")
     plot.add_argument("run_dir")
     plot.add_argument("--out", default=None, help="PNG path (default: RUN_DIR/curves.png)")
+    _eval_parser(sub)
     return parser
+
+
+def _eval_parser(sub: argparse._SubParsersAction) -> None:
+    ev = sub.add_parser("eval", help="win/draw/loss/illegal rates, or accuracy on positions")
+    ev.add_argument("--checkpoint", required=True,
+                    help="a checkpoint directory (runs/<name>/checkpoints/step_<n>) or model dir")
+    ev.add_argument("--env", default="tictactoe", choices=("tictactoe", "connect_four"))
+    ev.add_argument("--opponent", default="minimax", help="minimax | random | eps:<p>")
+    ev.add_argument("--games", type=int, default=200)
+    ev.add_argument("--positions", default=None,
+                    help="JSONL file of positions to score instead of playing games")
+    ev.add_argument("--samples", type=int, default=0,
+                    help="k > 0: sample k replies per game or position (default: greedy, 1)")
+    ev.add_argument("--temperature", type=float, default=1.0, help="with --samples")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--max-new-tokens", type=int, default=48)
+    ev.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
 
 
 def _split(items: list[str]) -> tuple[list[str], list[str]]:
@@ -64,9 +82,51 @@ def main(argv: list[str] | None = None) -> int:
             from arl.plot import plot_run
 
             print(plot_run(args.run_dir, args.out))
+        elif args.command == "eval":
+            return _eval(args)
     except ConfigError as err:
         print(f"arl: {err}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    """`arl eval`: a table for people, then one JSON line for scripts."""
+    import json
+
+    from arl.config import EnvConfig
+    from arl.evaluation import parse_opponent, read_positions
+    from arl.types import SamplingParams
+
+    try:
+        opponent = parse_opponent(args.opponent)
+        positions = read_positions(args.positions) if args.positions else None
+        if args.games < 1 or args.samples < 0:
+            raise ValueError("--games must be >= 1 and --samples >= 0")
+    except (OSError, ValueError) as err:
+        print(f"arl eval: {err}", file=sys.stderr)
+        return 2
+    from actors.evaluate import load_policy, play_games, score_positions
+
+    engine = load_policy(args.checkpoint, args.dtype)
+    samples = args.samples or 1
+    params = SamplingParams(args.temperature if args.samples else 0.0, 1.0,
+                            args.max_new_tokens, args.seed)
+    mode = f"{samples} sampled" if args.samples else "greedy"
+    if positions is not None:
+        rates = score_positions(engine, positions, samples, params)
+        summary = {"positions": len(positions), "samples": samples}
+        print(f"{len(positions)} positions, {mode} replies, 95 % Wilson intervals")
+    else:
+        env_cfg = EnvConfig(name=args.env, opponent=opponent.name,
+                            opponent_epsilon=opponent.epsilon)
+        rates = play_games(engine, env_cfg, args.games, samples, params)
+        summary = {"env": args.env, "opponent": args.opponent, "games": args.games * samples}
+        print(f"{args.games * samples} games of {args.env} against {args.opponent}, {mode}, "
+              "95 % Wilson intervals")
+    for name, rate in rates.items():
+        print(f"  {name:<13} {rate}")
+    print(json.dumps({**summary, **{name: r.as_dict() for name, r in rates.items()}}))
     return 0
 
 

@@ -41,6 +41,8 @@ class RolloutEngine(Protocol):
     - `update_weights(weights, version)` replaces all weights in one call (HF parameter
       names; values are numpy arrays or tensors) and records `version`.
     - `version` is the policy_version of the weights currently loaded.
+    - `get_tokenizer()` returns the HF tokenizer of the model (its chat template renders
+      the prompts).
     """
 
     version: int
@@ -48,3 +50,5 @@ class RolloutEngine(Protocol):
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]: ...
 
     def update_weights(self, weights: Mapping[str, Any], version: int) -> None: ...
+
+    def get_tokenizer(self) -> Any: ...

@@ -78,8 +78,11 @@ class TicTacToeMoveEnv:
         self.agent = "X"
 
     def reset(self, seed: int) -> EnvReset:
-        self.board = opening_board(seed)
-        self.agent = rules.to_move(self.board)
+        return self._start(opening_board(seed), None)
+
+    def _start(self, board: rules.Board, agent: str | None) -> EnvReset:
+        self.board = board
+        self.agent = agent or rules.to_move(board)
         self._done = False
         system = (
             f"You play tic-tac-toe as {self.agent}. "
@@ -117,3 +120,19 @@ class TicTacToeMoveEnv:
             "legal": f"You played square {move}: legal, but not the best.",
         }[outcome]
         return outcome, move, text, {}
+
+
+class PositionEnv(TicTacToeMoveEnv):
+    """TicTacToeMoveEnv on one given position instead of a random one (for evaluation):
+    every reset starts from `board` with `agent` to move; the seed is ignored."""
+
+    def __init__(self, cfg: EnvConfig, board: rules.Board, agent: str):
+        if len(board) != 9 or set(board) - {*rules.MARKS, rules.EMPTY} or agent not in rules.MARKS:
+            raise ValueError(f"not a tic-tac-toe position: {board!r} with {agent!r} to move")
+        if rules.is_terminal(board):
+            raise ValueError(f"position {''.join(board)!r} is already over")
+        super().__init__(cfg)
+        self._position = (tuple(board), agent)
+
+    def reset(self, seed: int) -> EnvReset:
+        return self._start(*self._position)
