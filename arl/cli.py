@@ -26,6 +26,16 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("run_dir")
     plot.add_argument("--out", default=None, help="PNG path (default: RUN_DIR/curves.png)")
     _eval_parser(sub)
+    doctor = sub.add_parser("doctor", help="preflight: packages, machine, Ray, wandb, model")
+    doctor.add_argument("config", nargs="*", help="YAML config file(s), then key=value overrides")
+    plan = sub.add_parser("plan", help="a memory plan for a config against a machine's memory")
+    plan.add_argument("config", nargs="+", help="YAML config file(s), then key=value overrides")
+    plan.add_argument("--memory-gb", type=float, default=None,
+                      help="host memory to plan for (default: this machine's)")
+    plan.add_argument("--gpu-memory-gb", type=float, default=None,
+                      help="GPU memory to plan for (default: this machine's GPU, if any)")
+    plan.add_argument("--unified-memory-gb", type=float, default=None,
+                      help="one pool shared by CPU and GPU, e.g. 128 for a DGX Spark")
     return parser
 
 
@@ -54,7 +64,14 @@ def _split(items: list[str]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    # key=value overrides may also follow the options (`arl plan cfg.yaml --memory-gb 8 k=v`).
+    if extra and all("=" in e and not e.startswith("-") for e in extra) and hasattr(args,
+                                                                                  "config"):
+        args.config += extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "train":
@@ -84,6 +101,12 @@ def main(argv: list[str] | None = None) -> int:
             print(plot_run(args.run_dir, args.out))
         elif args.command == "eval":
             return _eval(args)
+        elif args.command == "plan":
+            return _plan(args)
+        elif args.command == "doctor":
+            from arl.doctor import doctor
+
+            return 1 if doctor(*_split(args.config)) else 0
     except ConfigError as err:
         print(f"arl: {err}", file=sys.stderr)
         return 2
@@ -128,6 +151,36 @@ def _eval(args: argparse.Namespace) -> int:
         print(f"  {name:<13} {rate}")
     print(json.dumps({**summary, **{name: r.as_dict() for name, r in rates.items()}}))
     return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    """`arl plan`: the plan's table, then its JSON line; exit 1 if it does not fit."""
+    from arl import plan
+
+    cfg = load_config(*_split(args.config))
+    machine = _machine(args)
+    lines, summary, fits = plan.report(cfg, plan.model_shape(cfg.model.path), machine,
+                                       plan.prompt_tokens(cfg))
+    print("\n".join(lines))
+    print(plan.as_json(summary))
+    return 0 if fits else 1
+
+
+def _machine(args: argparse.Namespace):
+    """The memory pools `arl plan` plans against: the flags, else this machine."""
+    from arl.doctor import total_memory_gib
+    from arl.plan import GIB, Machine
+
+    if args.unified_memory_gb is not None:
+        return Machine(int(args.unified_memory_gb * GIB), None, unified=True)
+    host = args.memory_gb if args.memory_gb is not None else total_memory_gib()
+    gpu = args.gpu_memory_gb
+    if gpu is None:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = torch.cuda.get_device_properties(0).total_memory / GIB
+    return Machine(int(host * GIB), None if gpu is None else int(gpu * GIB))
 
 
 if __name__ == "__main__":

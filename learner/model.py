@@ -13,6 +13,10 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
+from transformers.utils import logging as hf_logging
+
+# A progress bar per weight load is noise in every worker's log (and in `arl eval`).
+hf_logging.disable_progress_bar()
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 _LOGPROB_CHUNK_TOKENS = 4096  # rows of logits turned into fp32 at once (bounds peak memory)

@@ -9,7 +9,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("arl", "actors", "learner", "envs")
 HEAVY = ("ray", "vllm", "deepspeed", "wandb")
 # Composition roots: the only core modules allowed to wire every package together.
-ROOTS = {"arl/train.py", "arl/cli.py", "arl/warmstart.py"}
+ROOTS = {"arl/train.py", "arl/cli.py", "arl/warmstart.py", "arl/doctor.py", "arl/plan.py"}
 ALLOWED = {
     "arl": {"arl"},
     "envs": {"arl", "envs"},

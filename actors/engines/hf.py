@@ -23,8 +23,11 @@ from typing import Any
 import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers.utils import logging as hf_logging
 
 from arl.types import Generation, SamplingParams
+
+hf_logging.disable_progress_bar()  # no bar per weight load in every worker's log
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 _END_OF_TURN = "<|im_end|>"

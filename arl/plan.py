@@ -1,0 +1,202 @@
+"""`arl plan CONFIG`: where a run's memory goes, before it runs.
+
+Estimates (bytes; P parameters, L layers, h hidden size, a heads, V vocabulary, T the longest
+sequence an episode reaches, b micro-batch size):
+  learner   fp32 weights 4P, gradients 4P, AdamW moments 8P; activations of one micro-batch
+            b*T*L*(144h + aT) plus logits b*T*V*4*3 (logits, log-softmax and their
+            gradient); the exported weights for sync 4P. The activation coefficients were
+            fitted to the peak memory of a forward+backward of the tiny model in fp32 with
+            SDPA attention on CPU (`bench/plan_memory.py`: within 5 % at T = 133, up to 30 %
+            over at T = 512); they are those of this implementation, not a textbook's
+  rollout   per worker: weights in model.dtype, and the KV cache of its share of the batch,
+            (batch / workers)*T*2*L*kv_heads*head_dim*dtype bytes
+  object    Ray's object store: one published weight version (4P) and one step's trajectories
+  store     (about 9 bytes a token: ids, loss mask, sampler log-probs)
+  runtime   about 0.4 GiB per Python process (torch and transformers loaded) plus 0.5 GiB
+            for Ray's own daemons
+
+Pools: on a CPU machine everything is host memory. With a GPU, the model's tensors (learner
+and rollout) are planned on the GPU and the rest on the host. With unified memory (a DGX
+Spark: CPU and GPU share 128 GB) everything is summed against the one pool.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from arl.config import Config
+
+GIB = 2**30
+DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
+PROCESS_BYTES = int(0.4 * GIB)
+RAY_DAEMON_BYTES = int(0.5 * GIB)
+TOOL_REPLY_TOKENS = 64  # a tool result plus the next turn's header, per extra turn
+TRAJECTORY_BYTES_PER_TOKEN = 9  # int32 id, int8 loss mask, float32 sampler log-prob
+HEADROOM = 0.9  # warn above this share of a pool
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the estimates need to know about a model."""
+
+    params: int
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Memory pools in bytes. gpu None: no GPU. unified: host and GPU are one pool (`host`)."""
+
+    host: int
+    gpu: int | None = None
+    unified: bool = False
+
+
+@dataclass(frozen=True)
+class Item:
+    name: str
+    where: str  # model (learner and rollout tensors) | host
+    bytes: int
+    knob: str  # the config key that shrinks it
+
+
+def sequence_tokens(cfg: Config, prompt_tokens: int) -> int:
+    """The longest sequence an episode can reach (T)."""
+    turns = cfg.rollout.max_turns
+    return prompt_tokens + turns * cfg.rollout.max_new_tokens + (turns - 1) * TOOL_REPLY_TOKENS
+
+
+def activation_bytes(shape: ModelShape, b: int, t: int) -> int:
+    """Activations kept for the backward pass of one fp32 micro-batch of b x t tokens."""
+    return b * t * shape.layers * (144 * shape.hidden + shape.heads * t)
+
+
+def logits_bytes(shape: ModelShape, b: int, t: int) -> int:
+    """fp32 logits, their log-softmax and its gradient for b x t tokens."""
+    return b * t * shape.vocab * 4 * 3
+
+
+def items(cfg: Config, shape: ModelShape, prompt_tokens: int) -> list[Item]:
+    """Every memory item of the run (see the module docstring for the formulas)."""
+    P, s = shape.params, shape
+    T = sequence_tokens(cfg, prompt_tokens)
+    b = cfg.learner.micro_batch_size
+    batch = cfg.rollout.groups_per_step * cfg.rollout.group_size
+    workers = cfg.rollout.num_workers
+    per_worker = -(-batch // workers)
+    dtype = DTYPE_BYTES[cfg.model.dtype]
+    kv = per_worker * T * 2 * s.layers * s.kv_heads * s.head_dim * dtype
+    micro = "learner.micro_batch_size"
+    shares = "rollout.groups_per_step, rollout.group_size or rollout.max_new_tokens"
+    return [
+        Item("learner weights (fp32)", "model", 4 * P, "model.path (a smaller model)"),
+        Item("learner gradients (fp32)", "model", 4 * P, "model.path (a smaller model)"),
+        Item("learner AdamW moments (fp32)", "model", 8 * P, "model.path (a smaller model)"),
+        Item("learner activations", "model", activation_bytes(shape, b, T), micro),
+        Item("learner logits", "model", logits_bytes(shape, b, T), micro),
+        Item("learner exported weights", "host", 4 * P, "model.path (a smaller model)"),
+        Item(f"rollout weights x{workers}", "model", workers * dtype * P,
+             "model.dtype=bfloat16 or fewer rollout.num_workers"),
+        Item(f"rollout KV cache x{workers}", "model", workers * kv, shares),
+        Item("object store", "host", 4 * P + batch * T * TRAJECTORY_BYTES_PER_TOKEN, shares),
+        Item("runtime", "host", (2 + workers) * PROCESS_BYTES + RAY_DAEMON_BYTES,
+             "rollout.num_workers"),
+    ]
+
+
+def pools(machine: Machine, plan_items: list[Item]) -> dict[str, tuple[int, int]]:
+    """pool name -> (bytes planned, capacity)."""
+    if machine.unified or machine.gpu is None:
+        name = "unified" if machine.unified else "host"
+        return {name: (sum(i.bytes for i in plan_items), machine.host)}
+    gpu = sum(i.bytes for i in plan_items if i.where == "model")
+    host = sum(i.bytes for i in plan_items if i.where == "host")
+    return {"gpu": (gpu, machine.gpu), "host": (host, machine.host)}
+
+
+def pool_of(machine: Machine, item: Item) -> str:
+    if machine.unified:
+        return "unified"
+    return "gpu" if machine.gpu is not None and item.where == "model" else "host"
+
+
+def report(cfg: Config, shape: ModelShape, machine: Machine, prompt_tokens: int
+           ) -> tuple[list[str], dict, bool]:
+    """(lines for people, the JSON summary, fits) of the plan."""
+    plan_items = items(cfg, shape, prompt_tokens)
+    planned = pools(machine, plan_items)
+    lines = [f"model: {shape.params / 1e6:.1f}M parameters, {shape.layers} layers, "
+             f"hidden {shape.hidden}, vocab {shape.vocab}; longest sequence "
+             f"{sequence_tokens(cfg, prompt_tokens)} tokens", ""]
+    for item in plan_items:
+        lines.append(f"  {item.name:<30} {item.bytes / GIB:9.3f} GiB  ({pool_of(machine, item)})")
+    lines.append("")
+    fits = True
+    for name, (used, capacity) in planned.items():
+        share = used / capacity if capacity else float("inf")
+        lines.append(f"  {name} pool: {used / GIB:.2f} of {capacity / GIB:.1f} GiB ({share:.0%})")
+        if share > HEADROOM:
+            fits = fits and share <= 1.0
+            biggest = max((i for i in plan_items if pool_of(machine, i) == name),
+                          key=lambda i: i.bytes)
+            verdict = "does not fit" if share > 1.0 else "is nearly full"
+            lines.append(f"  WARNING: the {name} pool {verdict}; the largest item is "
+                         f"{biggest.name}: turn {biggest.knob}")
+    summary = {
+        "fits": fits,
+        "params": shape.params,
+        "sequence_tokens": sequence_tokens(cfg, prompt_tokens),
+        "items_gib": {i.name: round(i.bytes / GIB, 4) for i in plan_items},
+        "pools_gib": {n: {"planned": round(u / GIB, 3), "capacity": round(c / GIB, 3)}
+                      for n, (u, c) in planned.items()},
+    }
+    return lines, summary, fits
+
+
+def model_shape(path: str) -> ModelShape:
+    """Read a local HF model folder's config; count parameters exactly on the meta device
+    (no weights are loaded or allocated)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(path, local_files_only=True)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    heads = text.num_attention_heads
+    return ModelShape(
+        params=sum(p.numel() for p in model.parameters()),
+        layers=text.num_hidden_layers,
+        hidden=text.hidden_size,
+        heads=heads,
+        kv_heads=getattr(text, "num_key_value_heads", None) or heads,
+        head_dim=getattr(text, "head_dim", None) or text.hidden_size // heads,
+        vocab=text.vocab_size,
+    )
+
+
+def prompt_tokens(cfg: Config, samples: int = 32) -> int:
+    """The longest first prompt the configured env gives, rendered with the model's chat
+    template (the tool line included)."""
+    from transformers import AutoTokenizer
+
+    from arl.episode import ChatRenderer
+    from envs import make_env
+    from envs.opponents import RandomOpponent
+    from envs.tictactoe_rules import legal_moves
+
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model.path, local_files_only=True)
+    renderer = ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
+    opponent = RandomOpponent(legal_moves) if cfg.env.opponent == "policy" else None
+    env = make_env(cfg.env, opponent)
+    return max(len(renderer.prompt_ids(env.reset(seed))) for seed in range(samples))
+
+
+def as_json(summary: dict) -> str:
+    return json.dumps(summary, sort_keys=True)

@@ -1,0 +1,87 @@
+"""`arl doctor` and `arl plan` on a good and a bad setup."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+from arl.cli import main
+from arl.config import load_config
+from arl.plan import GIB, Machine, ModelShape, items, model_shape, pools, report
+
+CI = "configs/ci.yaml"
+
+
+def test_doctor_passes_on_a_good_setup(warm_model_dir, capsys, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert main(["doctor", CI, f"model.path={warm_model_dir}", "ray.address=local"]) == 0
+    out = capsys.readouterr().out
+    for name in ("python", "torch", "transformers", "ray", "wandb", "cpu", "gpu", "memory",
+                 "config", "model"):
+        assert f"ok   {name}" in out, name
+    assert "no problems found" in out and "vllm" in out and "deepspeed" in out
+
+
+def test_doctor_lists_every_problem_of_a_bad_setup(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc with a wandb key
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = ["doctor", CI, f"model.path={tmp_path / 'missing'}", "wandb.mode=online",
+            f"ray.address=127.0.0.1:{port}"]
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "3 problem(s)" in out
+    assert "wandb: mode online, no key" in out and "WANDB_API_KEY" in out
+    assert f"ray: cluster at 127.0.0.1:{port} does not answer" in out
+    assert "model: " in out and "does not exist" in out
+    assert main(["doctor", CI, "rollout.group_size=1"]) == 1  # a config error is a problem too
+    assert "rollout.group_size" in capsys.readouterr().out
+
+
+def test_doctor_never_prints_the_wandb_key(warm_model_dir, capsys, monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "canary-key-0123456789")
+    main(["doctor", CI, f"model.path={warm_model_dir}", "wandb.mode=online",
+          "ray.address=local"])
+    out = capsys.readouterr().out
+    assert "a key is set" in out and "canary-key" not in out
+
+
+def test_plan_counts_the_real_parameters_and_scales_with_the_knobs(warm_model_dir):
+    from learner.model import load_model
+
+    shape = model_shape(warm_model_dir)
+    model, _ = load_model(warm_model_dir, "float32")
+    assert shape.params == sum(p.numel() for p in model.parameters())
+    cfg = load_config([CI], [f"model.path={warm_model_dir}"])
+    bigger = load_config([CI], [f"model.path={warm_model_dir}", "learner.micro_batch_size=8"])
+
+    def by_name(c):
+        return {i.name: i.bytes for i in items(c, shape, 100)}
+
+    assert by_name(bigger)["learner activations"] == 2 * by_name(cfg)["learner activations"]
+    assert by_name(cfg)["learner AdamW moments (fp32)"] == 8 * shape.params
+
+
+def test_plan_pools_split_on_a_gpu_and_sum_on_unified_memory():
+    shape = ModelShape(params=500_000_000, layers=24, hidden=896, heads=14, kv_heads=2,
+                       head_dim=64, vocab=151_936)
+    cfg = load_config([CI], check_paths=False)
+    plan_items = items(cfg, shape, 200)
+    total = sum(i.bytes for i in plan_items)
+    split = pools(Machine(64 * GIB, 24 * GIB), plan_items)
+    assert set(split) == {"gpu", "host"} and split["gpu"][0] + split["host"][0] == total
+    assert pools(Machine(128 * GIB, unified=True), plan_items) == {"unified": (total, 128 * GIB)}
+    lines, summary, fits = report(cfg, shape, Machine(4 * GIB, 2 * GIB), 200)
+    assert not fits and not summary["fits"]
+    assert any("gpu pool does not fit" in line and "turn " in line for line in lines)
+
+
+def test_arl_plan_fits_here_and_warns_on_a_small_machine(warm_model_dir, capsys):
+    assert main(["plan", CI, f"model.path={warm_model_dir}"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["fits"] and summary["pools_gib"]["host"]["planned"] > 0
+    assert main(["plan", CI, "--memory-gb", "0.5", f"model.path={warm_model_dir}"]) == 1
+    out = capsys.readouterr().out
+    assert "WARNING: the host pool does not fit" in out and "turn " in out
