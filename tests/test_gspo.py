@@ -279,7 +279,14 @@ def test_diagnostics_aggregates_over_micro_batches():
         torch.tensor([0.0, 0.0, 1.0]),
     )
     b = LossOutput(torch.tensor(0.0), torch.tensor([2.0]), torch.tensor([0.0]), torch.tensor([1.0]))
-    d = diagnostics([a, b])
+    d = diagnostics([a, b], [torch.tensor([3, 20, 200]), torch.tensor([8])])
+    hist = d.pop("gspo/ratio_hist")
+    assert sum(hist.counts) == 4 and hist.edges[0] == 0.5 and hist.edges[-1] == 2.0
+    # Clip fraction (low + high) by response length: (0, 8] holds 3 and 8, (16, 32] holds
+    # 20, (128, inf) holds 200; the other bins are empty and left out.
+    assert {k: d.pop(k) for k in list(d) if "_len_" in k} == {
+        "gspo/clip_fraction_len_le8": 0.5, "gspo/clip_fraction_len_le32": 1.0,
+        "gspo/clip_fraction_len_gt128": 1.0}
     assert d == pytest.approx(
         {
             "gspo/ratio_mean": 5.0 / 4,
