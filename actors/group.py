@@ -88,6 +88,19 @@ class ActorGroup:
         died."""
         return ray.get(refs, timeout=timeout) if self.use_ray else refs
 
+    def wait(self, refs: Sequence[Any], timeout: float | None) -> list[int]:
+        """Indices of the `refs` that are ready: wait up to `timeout` s (None: as long as it
+        takes) for the first, then take every other one already done. In-process every
+        result is ready."""
+        if not self.use_ray:
+            return list(range(len(refs)))
+        first, _ = ray.wait(list(refs), num_returns=1, timeout=timeout)
+        if not first:
+            return []
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        done = set(ready)
+        return [i for i, ref in enumerate(refs) if ref in done]
+
     def put(self, value: Any) -> Any:
         """Store `value` once for every member to read (the object store, or itself)."""
         return ray.put(value) if self.use_ray else value

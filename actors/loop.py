@@ -113,6 +113,10 @@ class Cluster:
             ref = self.rollout.submit_one(w, "collect", args, num_returns=2)
         raise RuntimeError(f"rollout worker {w} kept failing; rollout.max_restarts exceeded")
 
+    def rebuild(self, w: int, why: str) -> None:
+        """Bring rollout worker `w` back after a failure (see `_rebuilt`)."""
+        self._rebuilt(w, why)
+
     def _rebuilt(self, w: int, why: str) -> None:
         """Give rollout worker `w` the current weights once Ray has rebuilt it, and count it
         as restarted if its process changed."""
@@ -145,8 +149,20 @@ class Cluster:
     def learner_step(self, batch: RolloutBatch, advantages: np.ndarray,
                      keep: np.ndarray) -> dict[str, Any]:
         """One learner step on the batch's trajectories where `keep` is true."""
-        refs = self.learner.submit("step", [(advantages, keep, *batch.trajectory_refs)])
-        return self.learner.get(refs)[0]
+        return self.learner.get(self.submit_learner_step(batch, advantages, keep))
+
+    def submit_learner_step(self, batch: RolloutBatch, advantages: np.ndarray,
+                            keep: np.ndarray) -> Any:
+        """Start `learner_step`; return the reference to its metrics."""
+        return self.learner.submit("step", [(advantages, keep, *batch.trajectory_refs)])[0]
+
+    def publish_weights(self, version: int) -> None:
+        """Export and put the learner's weights as `version`, and queue a load on every
+        rollout worker without waiting: each loads it when its current call ends."""
+        weights = self.learner.submit("export_weights", [()])[0]
+        self._weights, self._version = weights, version
+        self._pending_loads = self.rollout.submit("update_weights",
+                                                  [(weights, version)] * len(self.rollout))
 
     def push_weights(self, version: int) -> None:
         """One export, one put, one load call per rollout worker."""

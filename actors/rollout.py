@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import random
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -48,6 +50,8 @@ class RolloutWorker:
     ) -> tuple[list[EpisodeSummary], list[Trajectory]]:
         """Play the groups (see the class docstring). The first episode of each of the first
         `transcripts` groups carries its decoded conversation in `summary.transcript`."""
+        if self.cfg.fault_delay_s > 0:  # a slow worker, on purpose (seeded: reproducible)
+            time.sleep(random.Random(seed).uniform(0.0, self.cfg.fault_delay_s))
         starts = [
             (make_env(self.env_cfg), int(env_seed), int(group_id))
             for env_seed, group_id in zip(env_seeds, group_ids, strict=True)

@@ -60,6 +60,7 @@ class RolloutConfig:
     max_turns: int = 1
     max_restarts: int = 3  # per rollout worker (Ray restarts a dead actor); -1: no limit
     timeout_s: float = 0.0  # a collect or weight load slower than this: worker replaced; 0 off
+    fault_delay_s: float = 0.0  # fault drills: each collect first sleeps U(0, this) seconds
 
 
 @dataclass
@@ -78,6 +79,7 @@ class LearnerConfig:
     cpus: int = 1
     checkpoint_every: int = 100  # steps; 0 = only at the end
     max_nonfinite_in_row: int = 8  # skipped (NaN/inf) optimizer steps in a row before abort
+    behaviour_is_cap: float = 0.0  # >0: weight advantages by min(behaviour IS ratio, cap)
 
 
 @dataclass
@@ -122,7 +124,8 @@ class Config:
     seed: int = 0
     steps: int = 400
     output_dir: str = "runs"
-    mode: str = "sync"  # sync
+    mode: str = "sync"  # sync | async (generation overlaps training, see actors/pipeline.py)
+    max_staleness: int = 1  # async: most learner versions a trained-on trajectory may lag
     resume: str = "never"  # never: a new run | auto: continue from the run's last checkpoint
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -134,7 +137,7 @@ class Config:
 
 
 _CHOICES: dict[str, tuple[str, ...]] = {
-    "mode": ("sync",),
+    "mode": ("sync", "async"),
     "resume": ("never", "auto"),
     "model.dtype": ("bfloat16", "float32"),
     "env.name": ("tictactoe_move", "tictactoe", "connect_four"),
@@ -156,8 +159,9 @@ _POSITIVE = (
     "warmstart.num_heads", "env.search_depth", "learner.max_nonfinite_in_row",
 )
 _NON_NEGATIVE = (
-    "seed", "learner.warmup_steps", "rollout.timeout_s", "learner.weight_decay",
-    "learner.checkpoint_every", "wandb.samples_every", "wandb.samples",
+    "seed", "max_staleness", "learner.warmup_steps", "rollout.timeout_s", "learner.weight_decay",
+    "learner.checkpoint_every", "wandb.samples_every", "wandb.samples", "learner.behaviour_is_cap",
+    "rollout.fault_delay_s",
     "env.max_retries", "ray.num_cpus", "env.opponent_epsilon",
     "warmstart.malformed_fraction", "warmstart.illegal_fraction", "warmstart.game_fraction",
 )
@@ -222,6 +226,10 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
             raise ConfigError(key, f"must be >= 0, got {_get(cfg, key)!r}")
     if cfg.rollout.max_restarts < -1:
         raise ConfigError("rollout.max_restarts", "must be >= -1 (-1: no limit)")
+    if cfg.mode == "async" and cfg.rollout.groups_per_step % cfg.rollout.num_workers:
+        raise ConfigError("rollout.groups_per_step", "in async mode it must be a multiple of "
+                          f"rollout.num_workers ({cfg.rollout.num_workers}): a batch is one "
+                          "equal share from each")
     if cfg.rollout.group_size < 2:
         raise ConfigError("rollout.group_size", "must be >= 2: advantages are group-relative")
     if cfg.rollout.top_p > 1:

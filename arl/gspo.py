@@ -167,6 +167,23 @@ def grpo_loss(
     return LossOutput(loss, ratio, low_frac, high_frac)
 
 
+def behaviour_weights(old_logprobs: Tensor, sampler_logprobs: Tensor, loss_mask: Tensor,
+                      cap: float) -> Tensor:
+    """Truncated importance weights for a behaviour policy that lags the learner (async
+    mode): w_i = min(exp(mean_t over mask of (old_logprobs - sampler_logprobs)), cap).
+
+    old_logprobs, sampler_logprobs, loss_mask [B, T] -> w [B], detached fp32. Sequence-level
+    and length-normalised like GSPO's own ratio, so a long response is not weighted by a
+    product of many token ratios. Scaling the advantages by w corrects the gap between the
+    policy that sampled (behaviour) and the one the clip is anchored to (old); the cap bounds
+    the variance. A row without mask tokens gets weight min(1, cap).
+    """
+    mask = loss_mask.to(_compute_dtype(old_logprobs))  # [B, T]
+    diff = (old_logprobs.detach() - sampler_logprobs.detach()) * mask  # [B, T]
+    mean = diff.sum(-1) / mask.sum(-1).clamp(min=1.0)  # [B]
+    return torch.exp(mean).clamp(max=cap).float()  # [B]
+
+
 LENGTH_BINS = (8, 16, 32, 64, 128)  # response-length bin upper bounds for clip fractions
 
 

@@ -1,7 +1,8 @@
 """The driver: the composition root of a training run.
 
 Sync mode, as in the GSPO paper: collect groups with weights v -> group advantages ->
-learner step -> push weights v+1 -> log. Everything heavy lives behind `actors/`.
+learner step -> push weights v+1 -> log. Async mode overlaps generation and training within
+a staleness bound (actors/pipeline.py). Everything heavy lives behind `actors/`.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,7 +44,7 @@ def start_states(cfg: Config, step: int) -> StartStates:
 
 
 def train(cfg: Config, use_ray: bool = True) -> Metrics:
-    """Run `cfg.steps` GSPO steps; return the last step's metrics.
+    """Run `cfg.steps` GSPO steps (sync or async mode); return the last step's metrics.
 
     SIGTERM (`ray job stop`, `kill`) lets the current step finish, saves a checkpoint and
     raises `Stopped`; `resume=auto` continues from there.
@@ -54,28 +56,21 @@ def train(cfg: Config, use_ray: bool = True) -> Metrics:
         run.open_sinks(wandb_run_id=resumed.get("wandb_run_id"))
         cluster.push_weights(version=run.start_step)
         metrics: Metrics = {}
-        for step in range(run.start_step, cfg.steps):
-            t0 = time.perf_counter()
-            states = start_states(cfg, step)
-            samples = cfg.wandb.samples if step % max(cfg.wandb.samples_every, 1) == 0 else 0
-            batch = cluster.collect(states.env_seeds, states.group_ids, seed=cfg.seed + step,
-                                    transcripts=samples if cfg.wandb.samples_every else 0)
-            t1 = time.perf_counter()
-            advantages, keep = _advantages(cfg, batch.summaries)
-            learner_metrics = cluster.learner_step(batch, advantages, keep)
-            t2 = time.perf_counter()
-            cluster.push_weights(version=step + 1)
-            t3 = time.perf_counter()
+        steps = _sync_steps if cfg.mode == "sync" else _async_steps
+        for step, done in steps(cfg, cluster, run.start_step):
+            t_end = time.perf_counter()
             if cfg.learner.checkpoint_every and (step + 1) % cfg.learner.checkpoint_every == 0:
                 _save_checkpoint(run, cluster, step + 1)
+            keep, learner_metrics = done.keep, done.learner_metrics
             metrics = {
-                **rollout_metrics(batch.summaries, cfg.rollout.group_size),
+                **rollout_metrics(done.batch.summaries, cfg.rollout.group_size),
                 "rollout/masked_groups": float((~keep).sum() / cfg.rollout.group_size),
                 "rollout/actor_restarts": float(cluster.actor_restarts),
                 **learner_metrics,
-                **_timing(t0, t1, t2, t3, batch.sampled_tokens, learner_metrics),
+                **_async_metrics(done),
+                **_timing(done.times, t_end, done.batch.sampled_tokens, learner_metrics),
             }
-            run.log_samples(step, batch.summaries)
+            run.log_samples(step, done.batch.summaries)
             run.log(step, metrics)
             if learner_metrics["learner/skipped_in_row"] >= cfg.learner.max_nonfinite_in_row:
                 _checkpoint_and_raise(run, cluster, step + 1, NonFiniteError, (
@@ -91,16 +86,97 @@ def train(cfg: Config, use_ray: bool = True) -> Metrics:
     return metrics
 
 
-def _timing(t0: float, t1: float, t2: float, t3: float, sampled_tokens: int,
-            learner_metrics: dict[str, float]) -> dict[str, float]:
-    """Timing and throughput of one step: t0 start, t1 collected, t2 trained, t3 synced."""
-    total = time.perf_counter() - t0
+@dataclass
+class StepDone:
+    """One step's results as either mode hands them to the driver loop."""
+
+    batch: Any  # actors.loop.RolloutBatch
+    keep: np.ndarray  # [B] groups kept for the learner
+    learner_metrics: dict[str, Any]
+    times: tuple[float, float, float, float]  # start, batch ready, trained, weights out
+    staleness: list[int] = field(default_factory=list)  # learner - policy version, per episode
+    dropped_stale: int = 0  # trajectories dropped as too stale this step
+    rollout_idle: float = 0.0  # mean seconds a rollout worker had nothing to do
+
+
+def _transcripts(cfg: Config, step: int) -> int:
+    every = cfg.wandb.samples_every
+    return cfg.wandb.samples if every and step % every == 0 else 0
+
+
+def _sync_steps(cfg: Config, cluster: Any, start: int) -> Iterator[tuple[int, StepDone]]:
+    """Sync mode, as in the GSPO paper: collect with weights v, train, push v + 1."""
+    for step in range(start, cfg.steps):
+        t0 = time.perf_counter()
+        states = start_states(cfg, step)
+        batch = cluster.collect(states.env_seeds, states.group_ids, seed=cfg.seed + step,
+                                transcripts=_transcripts(cfg, step))
+        t1 = time.perf_counter()
+        advantages, keep = _advantages(cfg, batch.summaries)
+        learner_metrics = cluster.learner_step(batch, advantages, keep)
+        t2 = time.perf_counter()
+        cluster.push_weights(version=step + 1)
+        t3 = time.perf_counter()
+        yield step, StepDone(batch, keep, learner_metrics, (t0, t1, t2, t3),
+                             staleness=[0] * len(batch.summaries), rollout_idle=t3 - t1)
+
+
+def _async_steps(cfg: Config, cluster: Any, start: int) -> Iterator[tuple[int, StepDone]]:
+    """Async mode (actors/pipeline.py): workers keep generating within `max_staleness`
+    versions while the learner trains; weights are published without stopping them."""
+    from actors.pipeline import AsyncRollouts, chunk_args
+
+    workers = cfg.rollout.num_workers
+    sizes = [len(p) for p in np.array_split(np.arange(cfg.rollout.groups_per_step), workers)]
+
+    def transcripts(chunk: int) -> int:  # as sync mode shares them out among workers
+        step, part = divmod(chunk, workers)
+        return int(np.clip(_transcripts(cfg, step) - sum(sizes[:part]), 0, sizes[part]))
+
+    source = AsyncRollouts(cluster, cfg.max_staleness, start * workers,
+                           chunk_args(cfg, start_states))
+    try:
+        for step in range(start, cfg.steps):
+            t0 = time.perf_counter()
+            batch, stats = source.next_batch(step, transcripts)
+            t1 = time.perf_counter()
+            advantages, keep = _advantages(cfg, batch.summaries)
+            ref = cluster.submit_learner_step(batch, advantages, keep)
+            learner_metrics = source.wait_for(ref, step, transcripts)
+            t2 = time.perf_counter()
+            cluster.publish_weights(version=step + 1)
+            t3 = time.perf_counter()
+            yield step, StepDone(batch, keep, learner_metrics, (t0, t1, t2, t3),
+                                 stats.staleness, stats.dropped_trajectories,
+                                 source.take_rollout_idle())
+    finally:
+        source.drain()
+
+
+def _async_metrics(done: StepDone) -> dict[str, float]:
+    staleness = done.staleness or [0]
+    return {
+        "async/staleness_mean": float(np.mean(staleness)),
+        "async/staleness_max": float(max(staleness)),
+        "async/dropped_stale": float(done.dropped_stale),
+        "timing/rollout_idle": done.rollout_idle,
+    }
+
+
+def _timing(times: tuple[float, float, float, float], t_end: float, sampled_tokens: int,
+            learner_metrics: dict[str, Any]) -> dict[str, float]:
+    """Timing and throughput of one step: times = (start, batch ready, trained, weights
+    out); t_end: the step's work done. `timing/other` is the rest, so the parts sum to
+    `timing/step`. The learner sat idle while the batch was being waited for."""
+    t0, t1, t2, t3 = times
+    total = max(time.perf_counter(), t_end) - t0
     return {
         "timing/generate": t1 - t0,
         "timing/train": t2 - t1,
         "timing/weight_sync": t3 - t2,
         "timing/other": total - (t3 - t0),
         "timing/step": total,
+        "timing/learner_idle": t1 - t0,
         "perf/rollout_tokens_per_s": sampled_tokens / max(t1 - t0, 1e-9),
         "perf/train_tokens_per_s": learner_metrics["perf/train_tokens"] / max(t2 - t1, 1e-9),
     }

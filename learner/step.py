@@ -12,6 +12,14 @@ One learner step = one rollout batch:
      parameters and optimizer state untouched, and is counted;
   4. version += 1. The LR schedule counts learner steps, not optimizer steps (learner/optim.py).
 
+old_logprobs are always recomputed here, by the learner, at the start of the step: in sync
+mode they are the sampling policy's (up to engine numerics, logged as
+`rollout/sampler_logprob_gap`); in async mode they are the learner's current weights, which
+may be up to `max_staleness` versions ahead of the weights that sampled. The clip is thus
+anchored to the learner's own policy in both modes (the decoupled objective of AReaL), and
+`learner.behaviour_is_cap > 0` also weights each sequence's advantage by the truncated
+behaviour ratio min(exp(mean(old - sampler)), cap) (`gspo.behaviour_weights`).
+
 old_logprobs are computed over exactly the micro-batches (same rows, same trimmed shapes) that
 training later runs, so before the first update `logprobs == old_logprobs` bit for bit and the
 first mini-batch's ratios are exactly 1.
@@ -29,6 +37,7 @@ arrays and the engine rounds them to its own dtype.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -150,7 +159,12 @@ class GSPOLearner:
         order = np.random.default_rng([self.seed, self.version]).permutation(batch.size)
         count = min(self.cfg.mini_batches, batch.size)
         minis = [batch.select(rows) for rows in np.array_split(order, count)]
-        return [m.with_old_logprobs(self._old_logprobs(m, temperature)) for m in minis]
+        minis = [m.with_old_logprobs(self._old_logprobs(m, temperature)) for m in minis]
+        if self.cfg.behaviour_is_cap > 0:  # off-policy correction (async mode; module doc)
+            minis = [dataclasses.replace(m, advantages=m.advantages * gspo.behaviour_weights(
+                m.old_logprobs, m.sampler_logprobs, m.loss_mask, self.cfg.behaviour_is_cap))
+                for m in minis]
+        return minis
 
     @torch.no_grad()
     def _old_logprobs(self, mini: Batch, temperature: float) -> torch.Tensor:

@@ -302,3 +302,16 @@ def test_diagnostics_aggregates_over_micro_batches():
 
 def test_losses_mapping_matches_config_choices():
     assert LOSSES == {"gspo": gspo_loss, "gspo_token": gspo_token_loss, "grpo": grpo_loss}
+
+
+def test_behaviour_weights_are_truncated_length_normalised_ratios():
+    from arl.gspo import behaviour_weights
+
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    sampler = torch.zeros(3, 3)
+    old = torch.tensor([[math.log(2.0), math.log(2.0), 9.0],  # pad column ignored
+                        [math.log(8.0), 0.0, 0.0],
+                        [5.0, 5.0, 5.0]])  # no mask tokens
+    w = behaviour_weights(old, sampler, mask, cap=4.0)
+    assert w.tolist() == pytest.approx([2.0, 4.0, 1.0])  # 8 capped at 4
+    assert behaviour_weights(sampler, sampler, mask, cap=4.0).tolist() == [1.0, 1.0, 1.0]

@@ -1,0 +1,167 @@
+"""The training loop against its physical limits, measured in one run on this machine.
+
+Usage: python bench/loop.py [STEPS] [REPEATS]   (default 20 steps, 3 repeats; needs
+`arl warmstart` first)
+
+Each repeat runs STEPS sync steps of the demo config on an embedded Ray cluster, then, in
+this process with the same thread count, the bare pieces on the same work:
+  bare engine    `HFEngine.generate` on the same start states' prompts, the same sampling
+                 settings, one call per step: generated tokens/s
+  bare learner   plain torch on batches of the same shape: for each mini-batch, a no-grad
+                 forward (the old log-probs), then forward + backward per micro-batch and an
+                 AdamW step: forward+backward tokens/s (the learner's own unit)
+  memcpy         one copy of the exported weights' bytes
+and prints
+  gen_ratio       in-loop generated tokens/s over the bare engine's
+  learner_ratio   in-loop learner tokens/s over the bare learner's
+  overhead_share  the share of a step that bare generation and bare training of the step's
+                  tokens do not explain (Ray, serialization, weight sync, env, padding, other)
+  sync_bw_ratio   weight-sync bandwidth (exported bytes / timing/weight_sync) over memcpy's
+The first WARMUP steps are left out. Medians over the repeats; the last line is JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+from actors.engines.hf import HFEngine
+from arl.config import Config, load_config
+from arl.episode import ChatRenderer
+from arl.train import start_states, train
+from arl.types import SamplingParams
+from envs import make_env
+from learner.model import load_model, token_logprobs
+
+STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+REPEATS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+WARMUP = 3
+CONFIG = "configs/tictactoe_move.yaml"
+
+
+def loop_run(out: str) -> tuple[Config, list[dict]]:
+    cfg = load_config([CONFIG], [f"steps={STEPS}", f"output_dir={out}", "wandb.mode=disabled",
+                                 "ray.address=local", "learner.checkpoint_every=0"])
+    train(cfg, use_ray=True)
+    with open(f"{out}/{cfg.run_name}/metrics.jsonl", encoding="utf-8") as f:
+        return cfg, [json.loads(line) for line in f][WARMUP:]
+
+
+def step_prompts(cfg: Config, step: int, renderer: ChatRenderer) -> list[list[int]]:
+    states = start_states(cfg, step)
+    return [renderer.prompt_ids(make_env(cfg.env).reset(seed))
+            for seed in states.env_seeds for _ in range(cfg.rollout.group_size)]
+
+
+def bare_engine(cfg: Config, steps: range) -> tuple[float, list[list[int]], list[int]]:
+    """(generated tokens/s, full sequences, prompt lengths) of the bare engine."""
+    torch.set_num_threads(cfg.rollout.cpus_per_worker)
+    engine = HFEngine(cfg.model.path, dtype=cfg.model.dtype)
+    tok = engine.get_tokenizer()
+    renderer = ChatRenderer(tok, stop_token=tok.eos_token)
+    r = cfg.rollout
+    engine.generate(step_prompts(cfg, 0, renderer),
+                    SamplingParams(r.temperature, r.top_p, r.max_new_tokens, 0))  # warm-up
+    tokens, seconds, sequences, prompt_lens = 0, 0.0, [], []
+    for step in steps:
+        prompts = step_prompts(cfg, step, renderer)
+        params = SamplingParams(r.temperature, r.top_p, r.max_new_tokens, cfg.seed + step)
+        t0 = time.perf_counter()
+        out = engine.generate(prompts, params)
+        seconds += time.perf_counter() - t0
+        tokens += sum(len(g.token_ids) for g in out)
+        sequences += [p + g.token_ids.tolist() for p, g in zip(prompts, out, strict=True)]
+        prompt_lens += [len(p) for p in prompts]
+    return tokens / seconds, sequences, prompt_lens
+
+
+def bare_learner(cfg: Config, sequences: list[list[int]], batch: int) -> float:
+    """Forward+backward tokens/s of plain torch doing the learner's work on `sequences`."""
+    torch.set_num_threads(cfg.learner.cpus)
+    model, _ = load_model(cfg.model.path, "float32")
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    tokens, seconds = 0, 0.0
+    for start in range(0, len(sequences) - batch + 1, batch):
+        rows = sequences[start:start + batch]
+        t0 = time.perf_counter()
+        for mini in np.array_split(np.arange(batch), cfg.learner.mini_batches):
+            micros = [mini[i:i + cfg.learner.micro_batch_size]
+                      for i in range(0, len(mini), cfg.learner.micro_batch_size)]
+            padded = [_pad([rows[i] for i in m]) for m in micros]
+            with torch.no_grad():
+                for ids, mask in padded:
+                    token_logprobs(model, ids, mask)
+            optimizer.zero_grad()
+            for ids, mask in padded:
+                (-token_logprobs(model, ids, mask).sum() / batch).backward()
+                tokens += int(mask.sum())
+            optimizer.step()
+        seconds += time.perf_counter() - t0
+    return tokens / seconds
+
+
+def _pad(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    length = max(map(len, rows))
+    ids = torch.zeros(len(rows), length, dtype=torch.long)
+    mask = torch.zeros(len(rows), length, dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, :len(row)], mask[i, :len(row)] = torch.tensor(row), 1
+    return ids, mask
+
+
+def memcpy_bytes_per_s(nbytes: int) -> float:
+    src, dst = np.ones(nbytes // 4, dtype=np.float32), np.empty(nbytes // 4, dtype=np.float32)
+    np.copyto(dst, src)
+    best = float("inf")
+    for _ in range(20):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t0)
+    return nbytes / best
+
+
+def one_repeat() -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as out:
+        cfg, rows = loop_run(out)
+    mean = lambda key: float(np.mean([r[key] for r in rows]))  # noqa: E731
+    measured = range(WARMUP, STEPS)
+    gen_rate, sequences, _ = bare_engine(cfg, measured)
+    batch = cfg.rollout.groups_per_step * cfg.rollout.group_size
+    learner_rate = bare_learner(cfg, sequences, batch)
+    model, _ = load_model(cfg.model.path, "float32")
+    weight_bytes = sum(t.numel() * 4 for t in model.state_dict().values())
+    loop_gen = mean("perf/rollout_tokens_per_s")
+    loop_learner = mean("perf/train_tokens_per_s")
+    explained = (mean("perf/rollout_tokens_per_s") * mean("timing/generate") / gen_rate
+                 + mean("perf/train_tokens_per_s") * mean("timing/train") / learner_rate)
+    result = {
+        "gen_ratio": loop_gen / gen_rate,
+        "learner_ratio": loop_learner / learner_rate,
+        "overhead_share": 1.0 - explained / mean("timing/step"),
+        "sync_bw_ratio": weight_bytes / mean("timing/weight_sync") / memcpy_bytes_per_s(
+            weight_bytes),
+    }
+    parts = {k: round(mean(f"timing/{k}"), 4)
+             for k in ("generate", "train", "weight_sync", "other", "step")}
+    print(f"loop: {loop_gen:.0f} gen tok/s, {loop_learner:.0f} learner tok/s, step parts "
+          f"{parts}; bare: {gen_rate:.0f} gen tok/s, {learner_rate:.0f} learner tok/s; "
+          f"{weight_bytes / 2**20:.1f} MiB of weights")
+    print({k: round(v, 3) for k, v in result.items()})
+    return result
+
+
+def main() -> None:
+    results = [one_repeat() for _ in range(REPEATS)]
+    print(json.dumps({k: round(statistics.median(r[k] for r in results), 4)
+                      for k in results[0]}))
+
+
+if __name__ == "__main__":
+    main()
