@@ -46,6 +46,16 @@ def connect(cfg: RayConfig) -> str:
     return "embedded"
 
 
+def require_cpus(needed: float, what: str) -> None:
+    """Raise RuntimeError if the cluster has fewer CPUs than the actors will reserve: Ray
+    would otherwise wait forever for the missing ones, silently."""
+    total = ray.cluster_resources().get("CPU", 0.0)
+    if needed > total:
+        raise RuntimeError(
+            f"the actors reserve {needed:g} CPUs ({what}) but the Ray cluster has {total:g}; "
+            "raise ray.num_cpus (an embedded cluster) or lower the actors' CPUs")
+
+
 def _keep_on_loopback() -> None:
     """Make an embedded cluster listen on the loopback address only.
 

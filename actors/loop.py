@@ -49,6 +49,9 @@ class Cluster:
         cfg = self.cfg
         if self.use_ray:
             self.how = ray_cluster.connect(cfg.ray)
+            ray_cluster.require_cpus(
+                cfg.learner.cpus + cfg.rollout.num_workers * cfg.rollout.cpus_per_worker,
+                "learner.cpus + rollout.num_workers * rollout.cpus_per_worker")
         self.learner = ActorGroup(
             LearnerWorker,
             [(cfg.model, cfg.learner, cfg.steps, cfg.seed, cfg.rollout.temperature,

@@ -35,7 +35,7 @@ def test_async_at_staleness_zero_is_sync_exactly(tmp_path, warm_model_dir):
     for name, mode in (("sync", "sync"), ("async", "async")):
         train(_cfg(tmp_path, warm_model_dir, f"run_name={name}", f"mode={mode}",
                    "max_staleness=0", f"steps={steps}", "rollout.num_workers=2",
-                   "rollout.groups_per_step=2"), use_ray=True)
+                   "rollout.groups_per_step=2", "ray.num_cpus=3"), use_ray=True)
     sync, async_ = _rows(tmp_path / "sync"), _rows(tmp_path / "async")
     assert len(sync) == steps and sync == async_  # every metric, histograms included
     assert _weights_hash(tmp_path / "sync", steps) == _weights_hash(tmp_path / "async", steps)
@@ -45,7 +45,7 @@ def test_slow_workers_stay_within_the_bound_and_nothing_is_trained_twice(tmp_pat
                                                                          warm_model_dir):
     cfg = _cfg(tmp_path, warm_model_dir, "mode=async", "max_staleness=1", "steps=10",
                "rollout.num_workers=2", "rollout.groups_per_step=2",
-               "rollout.fault_delay_s=1.5")
+               "rollout.fault_delay_s=1.5", "ray.num_cpus=3")
     train(cfg, use_ray=True)
     rows = _rows(tmp_path / "ci")
     assert [r["step"] for r in rows] == list(range(10))
@@ -57,6 +57,12 @@ def test_slow_workers_stay_within_the_bound_and_nothing_is_trained_twice(tmp_pat
     assert all(sum(r["rollout/action_hist"]["counts"]) <= 8 for r in rows)
     assert all(r["gspo/ratio_hist"]["counts"] and sum(r["gspo/ratio_hist"]["counts"]) == 8
                for r in rows if r["rollout/masked_groups"] == 0)
+
+
+def test_too_few_cpus_fail_fast_instead_of_waiting_forever(tmp_path, warm_model_dir):
+    cfg = _cfg(tmp_path, warm_model_dir, "rollout.num_workers=2", "ray.num_cpus=2")
+    with pytest.raises(RuntimeError, match="reserve 3 CPUs .* cluster has 2"):
+        train(cfg, use_ray=True)
 
 
 def test_async_needs_equal_shares(tmp_path, warm_model_dir):
