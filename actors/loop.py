@@ -46,7 +46,19 @@ class Cluster:
         self.use_ray = use_ray
 
     def __enter__(self) -> Cluster:
+        """Connect and start the actors. If anything fails here, an embedded cluster this
+        call started is shut down again before the error propagates."""
         cfg = self.cfg
+        self.how = "in-process"
+        self.learner = self.rollout = None
+        try:
+            self._start(cfg)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _start(self, cfg: Config) -> None:
         if self.use_ray:
             self.how = ray_cluster.connect(cfg.ray)
             ray_cluster.require_cpus(
@@ -71,7 +83,6 @@ class Cluster:
         )
         self.actor_restarts = 0  # rollout workers rebuilt (new processes), whole run
         self._pids: list[int | None] = [None] * cfg.rollout.num_workers
-        return self
 
     def collect(self, env_seeds: list[int], group_ids: list[int], seed: int,
                 transcripts: int = 0) -> RolloutBatch:
@@ -194,7 +205,8 @@ class Cluster:
         self.learner.get(self.learner.submit("save_checkpoint", [(directory, step, extra)]))
 
     def __exit__(self, *exc: object) -> None:
-        self.rollout.close()
-        self.learner.close()
+        for group in (self.rollout, self.learner):
+            if group is not None:
+                group.close()
         if self.use_ray and self.how == "embedded":
             ray_cluster.shutdown()

@@ -1,9 +1,11 @@
 """Async against sync throughput on this machine, with the same fixed CPUs in both modes.
 
-Usage: python bench/async.py [STEPS]   (default 30; needs `arl warmstart` first)
+Usage: python bench/async.py [STEPS] [CONFIG]   (default 20 steps of configs/tictactoe.yaml,
+full games, where generation and training take comparable time on a 2-core CPU; it needs
+`arl warmstart configs/warmstart_games.yaml` first)
 
-Both runs use the demo config with one core for the rollout worker and one for the learner
-(`configs/async.yaml`), one after the other in this process. From the sync run's own phases,
+Both runs give the rollout worker one core and the learner one core (`configs/async.yaml`),
+one after the other in this process. From the sync run's own phases,
 `ideal` = (gen + train) / max(gen, train) is the speedup perfect overlap would give; the
 async run (max_staleness 1) gives `async_speedup` = its steps/s over sync's. The first
 WARMUP steps of each run are left out. The last line is JSON.
@@ -20,9 +22,9 @@ import numpy as np
 from arl.config import load_config
 from arl.train import train
 
-STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 WARMUP = 3
-CONFIGS = ["configs/tictactoe_move.yaml", "configs/async.yaml"]
+CONFIGS = [sys.argv[2] if len(sys.argv) > 2 else "configs/tictactoe.yaml", "configs/async.yaml"]
 
 
 def run(mode: str, out: str) -> list[dict]:

@@ -61,8 +61,11 @@ def test_slow_workers_stay_within_the_bound_and_nothing_is_trained_twice(tmp_pat
 
 def test_too_few_cpus_fail_fast_instead_of_waiting_forever(tmp_path, warm_model_dir):
     cfg = _cfg(tmp_path, warm_model_dir, "rollout.num_workers=2", "ray.num_cpus=2")
+    import ray
+
     with pytest.raises(RuntimeError, match="reserve 3 CPUs .* cluster has 2"):
         train(cfg, use_ray=True)
+    assert not ray.is_initialized(), "the embedded cluster is shut down on the error too"
 
 
 def test_async_needs_equal_shares(tmp_path, warm_model_dir):

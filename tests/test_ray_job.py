@@ -99,14 +99,18 @@ def _alive(pids: set[int]) -> set[int]:
 def test_ray_job_submit_runs_training(head_node, warm_model_dir, tmp_path):
     assert shutil.which("ray", path=head_node["PATH"])
     out_dir = tmp_path / "runs"
-    submitted = _run(
-        str(BIN / "ray"), "job", "submit", "--address", "http://127.0.0.1:8265",
-        "--working-dir", ".", "--",
-        "arl", "train", "configs/ci.yaml", f"model.path={warm_model_dir}",
-        f"output_dir={out_dir}",
-        env=head_node, timeout=600,
-    )
-    logs = submitted.stdout + submitted.stderr
+    for _ in range(10):  # a fresh head node's job agent can take a while to come up
+        submitted = _run(
+            str(BIN / "ray"), "job", "submit", "--address", "http://127.0.0.1:8265",
+            "--working-dir", ".", "--",
+            "arl", "train", "configs/ci.yaml", f"model.path={warm_model_dir}",
+            f"output_dir={out_dir}",
+            env=head_node, timeout=600,
+        )
+        logs = submitted.stdout + submitted.stderr
+        if "No available agent to submit job" not in logs:
+            break
+        time.sleep(3)
     assert submitted.returncode == 0, logs[-4000:]
     assert "succeeded" in logs, logs[-4000:]
     assert "done: 3 steps" in logs, logs[-4000:]
