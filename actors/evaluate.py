@@ -83,9 +83,28 @@ def load_policy(path: str, dtype: str = "bfloat16") -> HFEngine:
     if not model_path:
         raise ValueError(f"checkpoint {path} does not record the model it was trained from")
     engine = HFEngine(model_path, dtype=dtype)
-    weights = {name: t.numpy() for name, t in checkpoint.state.model.items()}
+    params = checkpoint.state.model
+    if any(".lora_" in name for name in params):  # adapters: merge them as a sync does
+        params = _merged_lora(model_path, checkpoint.extra_json["config"], params)
+    weights = {name: t.detach().numpy() for name, t in params.items()}
     engine.update_weights(weights, version=checkpoint.step)
     return engine
+
+
+def _merged_lora(model_path: str, config: dict, params: dict) -> dict:
+    """HF weights of a LoRA checkpoint: the run's adapters put on the base model, merged."""
+    import torch
+
+    from arl.config import LoraConfig
+    from learner.lora import apply_lora, merged_state_dict
+    from learner.model import load_model
+
+    model = apply_lora(load_model(model_path, "float32")[0],
+                       LoraConfig(**config["learner"]["lora"]))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.copy_(params[name])
+    return merged_state_dict(model)
 
 
 def _renderer(engine: RolloutEngine) -> ChatRenderer:

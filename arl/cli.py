@@ -159,8 +159,8 @@ def _plan(args: argparse.Namespace) -> int:
 
     cfg = load_config(*_split(args.config))
     machine = _machine(args)
-    lines, summary, fits = plan.report(cfg, plan.model_shape(cfg.model.path), machine,
-                                       plan.prompt_tokens(cfg))
+    shape = plan.model_shape(cfg.model.path, cfg.learner.lora.target_modules)
+    lines, summary, fits = plan.report(cfg, shape, machine, plan.prompt_tokens(cfg))
     print("\n".join(lines))
     print(plan.as_json(summary))
     return 0 if fits else 1

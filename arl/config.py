@@ -64,6 +64,14 @@ class RolloutConfig:
 
 
 @dataclass
+class LoraConfig:
+    rank: int = 0  # 0: full fine-tuning; > 0: train LoRA adapters of this rank only (peft)
+    alpha: float = 16.0  # adapter scale = alpha / rank
+    target_modules: list[str] = field(default_factory=lambda: [
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+
+
+@dataclass
 class LearnerConfig:
     loss: str = "gspo"  # gspo | gspo_token | grpo
     lr: float = 1e-4
@@ -80,6 +88,7 @@ class LearnerConfig:
     checkpoint_every: int = 100  # steps; 0 = only at the end
     max_nonfinite_in_row: int = 8  # skipped (NaN/inf) optimizer steps in a row before abort
     behaviour_is_cap: float = 0.0  # >0: weight advantages by min(behaviour IS ratio, cap)
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass
@@ -161,7 +170,7 @@ _POSITIVE = (
 _NON_NEGATIVE = (
     "seed", "max_staleness", "learner.warmup_steps", "rollout.timeout_s", "learner.weight_decay",
     "learner.checkpoint_every", "wandb.samples_every", "wandb.samples", "learner.behaviour_is_cap",
-    "rollout.fault_delay_s",
+    "learner.lora.rank", "rollout.fault_delay_s",
     "env.max_retries", "ray.num_cpus", "env.opponent_epsilon",
     "warmstart.malformed_fraction", "warmstart.illegal_fraction", "warmstart.game_fraction",
 )
@@ -224,6 +233,10 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
     for key in _NON_NEGATIVE:
         if not _get(cfg, key) >= 0:
             raise ConfigError(key, f"must be >= 0, got {_get(cfg, key)!r}")
+    if cfg.learner.lora.rank and not cfg.learner.lora.alpha > 0:
+        raise ConfigError("learner.lora.alpha", "must be > 0")
+    if cfg.learner.lora.rank and not cfg.learner.lora.target_modules:
+        raise ConfigError("learner.lora.target_modules", "name at least one module")
     if cfg.rollout.max_restarts < -1:
         raise ConfigError("rollout.max_restarts", "must be >= -1 (-1: no limit)")
     if cfg.mode == "async" and cfg.rollout.groups_per_step % cfg.rollout.num_workers:

@@ -2,12 +2,14 @@
 
 Estimates (bytes; P parameters, L layers, h hidden size, a heads, V vocabulary, T the longest
 sequence an episode reaches, b micro-batch size):
-  learner   fp32 weights 4P, gradients 4P, AdamW moments 8P; activations of one micro-batch
-            b*T*L*(144h + aT) plus logits b*T*V*4*3 (logits, log-softmax and their
-            gradient); the exported weights for sync 4P. The activation coefficients were
-            fitted to the peak memory of a forward+backward of the tiny model in fp32 with
-            SDPA attention on CPU (`bench/plan_memory.py`: within 5 % at T = 133, up to 30 %
-            over at T = 512); they are those of this implementation, not a textbook's
+  learner   fp32 weights 4P, gradients 4P, AdamW moments 8P (with LoRA: 4A and 8A for
+            the A = rank * sum(in + out) adapter parameters, which the weights also
+            gain); activations of one micro-batch b*T*L*(144h + aT); logits b*T*V*4*3
+            (logits, log-softmax and their gradient); the exported weights for sync 4P.
+            The activation coefficients were fitted to the peak memory of a
+            forward+backward of the tiny model in fp32 with SDPA attention on CPU
+            (`bench/plan_memory.py`: within 5 % at T = 133, up to 30 % over at T = 512);
+            they are those of this implementation, not a textbook's
   rollout   per worker: weights in model.dtype, and the KV cache of its share of the batch,
             (batch / workers)*T*2*L*kv_heads*head_dim*dtype bytes
   object    Ray's object store: one published weight version (4P) and one step's trajectories
@@ -47,6 +49,7 @@ class ModelShape:
     kv_heads: int
     head_dim: int
     vocab: int
+    lora_dims: int = 0  # sum of in + out features of the LoRA target layers (x rank = adapter)
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,9 @@ def logits_bytes(shape: ModelShape, b: int, t: int) -> int:
 def items(cfg: Config, shape: ModelShape, prompt_tokens: int) -> list[Item]:
     """Every memory item of the run (see the module docstring for the formulas)."""
     P, s = shape.params, shape
+    # With LoRA only the adapters have gradients and AdamW moments (learner/lora.py).
+    trained = cfg.learner.lora.rank * s.lora_dims if cfg.learner.lora.rank else P
+    what = "lora" if cfg.learner.lora.rank else "full"
     T = sequence_tokens(cfg, prompt_tokens)
     b = cfg.learner.micro_batch_size
     batch = cfg.rollout.groups_per_step * cfg.rollout.group_size
@@ -95,9 +101,12 @@ def items(cfg: Config, shape: ModelShape, prompt_tokens: int) -> list[Item]:
     micro = "learner.micro_batch_size"
     shares = "rollout.groups_per_step, rollout.group_size or rollout.max_new_tokens"
     return [
-        Item("learner weights (fp32)", "model", 4 * P, "model.path (a smaller model)"),
-        Item("learner gradients (fp32)", "model", 4 * P, "model.path (a smaller model)"),
-        Item("learner AdamW moments (fp32)", "model", 8 * P, "model.path (a smaller model)"),
+        Item("learner weights (fp32)", "model", 4 * (P + trained * (what == "lora")),
+             "model.path (a smaller model)"),
+        Item(f"learner gradients (fp32, {what})", "model", 4 * trained,
+             "learner.lora.rank (LoRA trains adapters only)"),
+        Item(f"learner AdamW moments (fp32, {what})", "model", 8 * trained,
+             "learner.lora.rank (LoRA trains adapters only)"),
         Item("learner activations", "model", activation_bytes(shape, b, T), micro),
         Item("learner logits", "model", logits_bytes(shape, b, T), micro),
         Item("learner exported weights", "host", 4 * P, "model.path (a smaller model)"),
@@ -135,7 +144,7 @@ def report(cfg: Config, shape: ModelShape, machine: Machine, prompt_tokens: int
              f"hidden {shape.hidden}, vocab {shape.vocab}; longest sequence "
              f"{sequence_tokens(cfg, prompt_tokens)} tokens", ""]
     for item in plan_items:
-        lines.append(f"  {item.name:<30} {item.bytes / GIB:9.3f} GiB  ({pool_of(machine, item)})")
+        lines.append(f"  {item.name:<36} {item.bytes / GIB:9.3f} GiB  ({pool_of(machine, item)})")
     lines.append("")
     fits = True
     for name, (used, capacity) in planned.items():
@@ -159,9 +168,9 @@ def report(cfg: Config, shape: ModelShape, machine: Machine, prompt_tokens: int
     return lines, summary, fits
 
 
-def model_shape(path: str) -> ModelShape:
+def model_shape(path: str, lora_targets: list[str] | tuple[str, ...] = ()) -> ModelShape:
     """Read a local HF model folder's config; count parameters exactly on the meta device
-    (no weights are loaded or allocated)."""
+    (no weights are loaded or allocated), and the LoRA dimensions of `lora_targets`."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -178,6 +187,9 @@ def model_shape(path: str) -> ModelShape:
         kv_heads=getattr(text, "num_key_value_heads", None) or heads,
         head_dim=getattr(text, "head_dim", None) or text.hidden_size // heads,
         vocab=text.vocab_size,
+        lora_dims=sum(m.in_features + m.out_features for name, m in model.named_modules()
+                      if isinstance(m, torch.nn.Linear)
+                      and name.rsplit(".", 1)[-1] in set(lora_targets)),
     )
 
 

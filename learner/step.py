@@ -50,6 +50,7 @@ from arl.config import LearnerConfig
 from arl.types import Histogram, Trajectory
 from learner.checkpoint import LearnerState
 from learner.collate import Batch, collate
+from learner.lora import apply_lora, is_lora, merged_state_dict
 from learner.model import load_model, set_torch_threads, token_logprobs
 from learner.optim import build_optimizer, lr_factor, set_lr
 
@@ -92,13 +93,16 @@ class GSPOLearner:
         self.total_steps = total_steps
         self.seed = seed
         self.model, tokenizer = load_model(model_path, "float32")
+        if cfg.lora.rank > 0:  # adapters only: AdamW state for them alone (learner/lora.py)
+            self.model = apply_lora(self.model, cfg.lora)
         _require_no_dropout(self.model)
         self.model.train()
         if tokenizer.pad_token_id is None:
             raise ValueError(f"tokenizer at {model_path!r} has no pad token")
         self.pad_id = int(tokenizer.pad_token_id)
         self.loss_fn = gspo.LOSSES[cfg.loss]
-        self.optimizer = build_optimizer(self.model.parameters(), cfg)
+        self.optimizer = build_optimizer(
+            [p for p in self.model.parameters() if p.requires_grad], cfg)
         self.version = 0  # learner steps done
         self.skipped_steps = 0  # skipped optimizer steps, whole run
         self.skipped_in_row = 0  # skipped optimizer steps since the last applied one
@@ -212,7 +216,8 @@ class GSPOLearner:
         each of their names, sharing one array. Later steps never change the returned arrays."""
         arrays: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
         out = {}
-        for name, tensor in self.model.state_dict().items():
+        state = merged_state_dict(self.model) if is_lora(self.model) else self.model.state_dict()
+        for name, tensor in state.items():
             key = (tensor.data_ptr(), tuple(tensor.shape))
             if key not in arrays:
                 arrays[key] = np.array(tensor.detach().to(torch.float32).numpy(), copy=True)

@@ -61,7 +61,16 @@ def test_plan_counts_the_real_parameters_and_scales_with_the_knobs(warm_model_di
         return {i.name: i.bytes for i in items(c, shape, 100)}
 
     assert by_name(bigger)["learner activations"] == 2 * by_name(cfg)["learner activations"]
-    assert by_name(cfg)["learner AdamW moments (fp32)"] == 8 * shape.params
+    assert by_name(cfg)["learner AdamW moments (fp32, full)"] == 8 * shape.params
+    # LoRA: gradients and moments for the adapters only, and the exact adapter size.
+    lora = load_config([CI], [f"model.path={warm_model_dir}", "learner.lora.rank=4"])
+    lora_shape = model_shape(warm_model_dir, lora.learner.lora.target_modules)
+    items_lora = {i.name: i.bytes for i in items(lora, lora_shape, 100)}
+    from learner.lora import apply_lora
+
+    peft_model = apply_lora(model, lora.learner.lora)
+    adapters = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+    assert items_lora["learner AdamW moments (fp32, lora)"] == 8 * adapters
 
 
 def test_plan_pools_split_on_a_gpu_and_sum_on_unified_memory():

@@ -1,0 +1,104 @@
+"""LoRA: only adapters train, AdamW holds state for them alone, and what a rollout engine
+loads after a sync is the merged model (checked against peft's own merge)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from arl.config import LearnerConfig, LoraConfig
+from arl.types import SamplingParams, Trajectory
+from learner.step import GSPOLearner
+
+peft = pytest.importorskip("peft", reason="LoRA needs the lora extra (peft)")
+
+
+def _trajectories(count, seed, vocab=260):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(count):
+        n = int(rng.integers(12, 24))
+        mask = np.zeros(n, dtype=np.int8)
+        mask[n // 2:] = 1
+        out.append(Trajectory(rng.integers(5, vocab, n).astype(np.int32), mask,
+                              np.where(mask == 1, -2.0, 0.0).astype(np.float32),
+                              1.0, i, 0, 1, 1, 0))
+    return out
+
+
+def _learner(model_dir, rank=4):
+    cfg = LearnerConfig(lr=1e-2, mini_batches=2, micro_batch_size=4,
+                        lora=LoraConfig(rank=rank, alpha=8.0))
+    return GSPOLearner(model_dir, cfg, "float32", total_steps=10, seed=0)
+
+
+def test_only_adapters_train_and_the_optimizer_shrinks(tiny_model_dir):
+    learner = _learner(tiny_model_dir)
+    before = {n: p.detach().clone() for n, p in learner.model.named_parameters()}
+    trainable = {n for n, p in learner.model.named_parameters() if p.requires_grad}
+    assert trainable and all(".lora_" in n for n in trainable)
+    learner.step(_trajectories(8, 0), np.linspace(-1, 1, 8).astype(np.float32))
+    changed = {n for n, p in learner.model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and changed <= trainable  # base weights bitwise unchanged
+    state = learner.optimizer.state_dict()["state"]
+    adapter_numel = sum(p.numel() for p in learner.model.parameters() if p.requires_grad)
+    total_numel = sum(p.numel() for p in learner.model.parameters())
+    moments = sum(s["exp_avg"].numel() + s["exp_avg_sq"].numel() for s in state.values())
+    assert moments == 2 * adapter_numel and adapter_numel < total_numel / 10
+
+
+def test_engine_after_sync_matches_the_merged_model(tiny_model_dir):
+    from actors.engines.hf import HFEngine
+    from learner.model import load_model, token_logprobs
+
+    learner = _learner(tiny_model_dir)
+    for seed in range(2):
+        learner.step(_trajectories(8, seed), np.linspace(-1, 1, 8).astype(np.float32))
+    weights = learner.export_weights()
+    base, _ = load_model(tiny_model_dir, "float32")
+    assert set(weights) == set(base.state_dict())  # plain HF names, no adapter in sight
+    engine = HFEngine(tiny_model_dir, dtype="float32")
+    engine.update_weights(weights, version=2)
+    merged = copy.deepcopy(learner.model).merge_and_unload()  # peft's own merge
+    ids = torch.tensor([[5, 17, 40, 33, 90, 12, 7, 61]])
+    mask = torch.ones_like(ids)
+    ours = token_logprobs(engine.model, ids, mask)
+    theirs = token_logprobs(merged.eval(), ids, mask)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
+    with torch.no_grad():  # and the adapters did move the policy away from the base model
+        assert not torch.allclose(ours, token_logprobs(base.eval(), ids, mask), atol=1e-4)
+    prompts = [[5, 17, 40, 33], [90, 12, 7, 61, 8]]
+    params = SamplingParams(0.0, 1.0, 6, 0)
+    greedy = [g.token_ids.tolist() for g in engine.generate(prompts, params)]
+    merged_engine = HFEngine(tiny_model_dir, dtype="float32")
+    merged_engine.update_weights({k: v.detach() for k, v in merged.state_dict().items()}, 2)
+    assert greedy == [g.token_ids.tolist() for g in merged_engine.generate(prompts, params)]
+
+
+def test_a_lora_checkpoint_round_trips(tiny_model_dir, tmp_path):
+    from actors.evaluate import load_policy
+    from learner.checkpoint import load_checkpoint, save_checkpoint
+
+    learner = _learner(tiny_model_dir)
+    learner.step(_trajectories(8, 0), np.linspace(-1, 1, 8).astype(np.float32))
+    lora = {"rank": 4, "alpha": 8.0, "target_modules": list(LoraConfig().target_modules)}
+    config = {"model": {"path": tiny_model_dir}, "learner": {"lora": lora}}
+    save_checkpoint(tmp_path / "c", learner.state_dict_for_checkpoint(), 1, {"config": config})
+    # `arl eval` loads a LoRA checkpoint as the merged model a sync would give an engine.
+    engine = load_policy(str(tmp_path / "c"), dtype="float32")
+    exported = learner.export_weights()
+    for name, value in engine.model.state_dict().items():
+        np.testing.assert_allclose(value.numpy(), exported[name], rtol=0, atol=1e-6)
+    again = _learner(tiny_model_dir)
+    again.load_checkpoint_state(load_checkpoint(tmp_path / "c").state)
+    trajectories, adv = _trajectories(8, 1), np.linspace(1, -1, 8).astype(np.float32)
+    assert learner.step(trajectories, adv) == again.step(trajectories, adv)
+
+
+def test_unknown_target_modules_are_refused(tiny_model_dir):
+    with pytest.raises(ValueError, match="not modules of the model"):
+        GSPOLearner(tiny_model_dir, LearnerConfig(lora=LoraConfig(rank=2, target_modules=[
+            "query_key_value"])), "float32", total_steps=1, seed=0)
