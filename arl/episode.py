@@ -75,8 +75,12 @@ class ChatRenderer:
         # (the Jinja template, then tokenising) was about half of the rollout worker's time
         # outside the engine.
         self._prompts: dict[tuple[Any, ...], tuple[int, ...]] = {}
+        # Some chat templates (SmolLM2's) ignore `tools=`: the model would never see them.
+        self.inline_tools = _template_ignores_tools(tokenizer)
 
     def _render(self, messages: Sequence[Message], tools: Sequence[Any], gen: bool) -> str:
+        if tools and self.inline_tools:
+            messages, tools = with_tools_in_system(messages, tools), ()
         return self.tokenizer.apply_chat_template(
             [m.as_dict() for m in messages],
             tools=[t.as_dict() for t in tools] or None,
@@ -107,6 +111,39 @@ class ChatRenderer:
         if cut < 0 or not after.startswith(before[: cut + len(self.stop_token)]):
             raise ValueError("chat template does not extend the conversation by appending")
         return self.encode(after[cut + len(self.stop_token) :])
+
+
+TOOL_CALL_FORMAT = 'To call a tool, reply <tool_call>{"name": ..., "arguments": {...}}</tool_call>'
+
+
+def tool_signature(tool: Any) -> str:
+    """`name(arg: type lo-hi, ...): description`, one line per tool (as the tiny model's
+    chat template shows tools)."""
+    args = []
+    for name, p in tool.parameters.get("properties", {}).items():
+        bounds = f" {p['minimum']}-{p['maximum']}" if "minimum" in p and "maximum" in p else ""
+        args.append(f"{name}: {p.get('type', 'any')}{bounds}")
+    return f"{tool.name}({', '.join(args)})" + (f": {tool.description}" if tool.description else "")
+
+
+def with_tools_in_system(messages: Sequence[Message], tools: Sequence[Any]) -> list[Message]:
+    """The conversation with the tools described at the end of its system message (one is
+    added if there is none), for chat templates that do not render tools themselves."""
+    text = "# Tools\n" + "\n".join(tool_signature(t) for t in tools) + "\n" + TOOL_CALL_FORMAT
+    if messages and messages[0].role == "system":
+        return [Message("system", f"{messages[0].content}\n\n{text}"), *messages[1:]]
+    return [Message("system", text), *messages]
+
+
+def _template_ignores_tools(tokenizer: Any) -> bool:
+    probe = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    tool = {"type": "function", "function": {
+        "name": "probe_tool", "description": "d",
+        "parameters": {"type": "object", "properties": {}}}}
+    plain = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+    with_tool = tokenizer.apply_chat_template(probe, tools=[tool], tokenize=False,
+                                              add_generation_prompt=True)
+    return plain == with_tool
 
 
 def parse_turn(text: str, finished: bool, tools: Sequence[Any]) -> ToolCall | ToolCallError:

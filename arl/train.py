@@ -7,6 +7,7 @@ a staleness bound (actors/pipeline.py). Everything heavy lives behind `actors/`.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 import time
@@ -50,7 +51,11 @@ def train(cfg: Config, use_ray: bool = True) -> Metrics:
     raises `Stopped`; `resume=auto` continues from there.
     """
     from actors.loop import Cluster  # heavy (ray, torch models): imported when training starts
+    from learner.gguf import prepare_model
 
+    # A GGUF model is converted once into a cached HF directory that every worker loads.
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(
+        cfg.model, path=prepare_model(cfg.model.path)))
     with Run(cfg) as run, Cluster(cfg, use_ray=use_ray) as cluster, _StopOnSigterm() as stop:
         resumed = cluster.load_checkpoint(run.resume_from) if run.resume_from else {}
         run.open_sinks(wandb_run_id=resumed.get("wandb_run_id"))

@@ -1,0 +1,74 @@
+"""GGUF files as ordinary HF model directories: convert once, cache, reuse.
+
+transformers reads a GGUF file (with the `gguf` package) and dequantizes it into a normal
+fp32 torch model. `prepare_model` saves that as safetensors plus the tokenizer in a cache
+directory named after the file and its sha256, so rollout engines and the learner load the
+same thing and a second run converts nothing. The directory appears by an atomic rename only
+after the saved model has been reloaded and gives the same logits as the GGUF one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+
+import torch
+
+from arl.config import model_file
+
+CACHE = os.path.join(".cache", "models", "gguf")
+MARKER = "arl_gguf.json"
+
+
+def prepare_model(path: str, cache: str = CACHE) -> str:
+    """A local HF model directory for `model.path`: the directory itself, or the cached
+    conversion of a GGUF file (`path` may be `pkg:<dist>/<file>`; see arl.config)."""
+    source = model_file(path)
+    if os.path.isdir(source):
+        return source
+    digest = _sha256(source)
+    stem = os.path.basename(source).removesuffix(".gguf")
+    target = os.path.abspath(os.path.join(cache, f"{stem}-{digest[:12]}"))
+    if os.path.isfile(os.path.join(target, MARKER)):
+        return target
+    os.makedirs(cache, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=cache, prefix=f".{stem}.tmp-")
+    try:
+        _convert(source, tmp)
+        with open(os.path.join(tmp, MARKER), "w", encoding="utf-8") as f:
+            json.dump({"source": os.path.basename(source), "sha256": digest}, f)
+        if os.path.isdir(target):  # a half-made directory from before markers: replace it
+            shutil.rmtree(target)
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def _convert(source: str, out: str) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = os.path.dirname(source), os.path.basename(source)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    if getattr(model, "hf_quantizer", None) is not None:  # else save_pretrained refuses
+        model.hf_quantizer.remove_quantization_config(model)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    probe = torch.tensor([tokenizer.encode("Hello, tic-tac-toe! 1|X|3")])
+    reloaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    with torch.no_grad():
+        if not torch.allclose(model(probe).logits, reloaded(probe).logits, atol=1e-4):
+            raise RuntimeError(f"{source}: the converted model does not reproduce its logits")
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

