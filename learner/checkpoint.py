@@ -105,7 +105,7 @@ def save_checkpoint(
         files = {}
         for name in DATA_FILES:
             _fsync_file(tmp / name)
-            files[name] = {"sha256": _sha256(tmp / name), "bytes": (tmp / name).stat().st_size}
+            files[name] = {"sha256": sha256_file(tmp / name), "bytes": (tmp / name).stat().st_size}
         manifest = {
             "format": FORMAT, "step": step, "policy_version": state.version, "files": files,
         }
@@ -195,7 +195,7 @@ def _verify(path: Path, meta: dict[str, Any]) -> None:
             f"checkpoint file {path} has {size} bytes, manifest says {meta.get('bytes')} "
             "(truncated or modified)"
         )
-    digest = _sha256(path)
+    digest = sha256_file(path)
     if digest != meta.get("sha256"):
         raise CheckpointError(
             f"checkpoint file {path} fails its sha256 check (modified or corrupt): "
@@ -221,7 +221,8 @@ def _write_json(path: Path, value: dict[str, Any]) -> None:
     path.write_text(json.dumps(value, indent=1, sort_keys=True, allow_nan=False), encoding="utf-8")
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB chunks."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):

@@ -9,7 +9,6 @@ after the saved model has been reloaded and gives the same logits as the GGUF on
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -18,6 +17,7 @@ import tempfile
 import torch
 
 from arl.config import model_file
+from learner.checkpoint import sha256_file
 
 CACHE = os.path.join(".cache", "models", "gguf")
 MARKER = "arl_gguf.json"
@@ -29,7 +29,7 @@ def prepare_model(path: str, cache: str = CACHE) -> str:
     source = model_file(path)
     if os.path.isdir(source):
         return source
-    digest = _sha256(source)
+    digest = sha256_file(source)
     stem = os.path.basename(source).removesuffix(".gguf")
     target = os.path.abspath(os.path.join(cache, f"{stem}-{digest[:12]}"))
     if os.path.isfile(os.path.join(target, MARKER)):
@@ -64,11 +64,3 @@ def _convert(source: str, out: str) -> None:
     with torch.no_grad():
         if not torch.allclose(model(probe).logits, reloaded(probe).logits, atol=1e-4):
             raise RuntimeError(f"{source}: the converted model does not reproduce its logits")
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
