@@ -170,19 +170,17 @@ class Cluster:
         """Start `learner_step`; return the reference to its metrics."""
         return self.learner.submit("step", [(advantages, keep, *batch.trajectory_refs)])[0]
 
-    def publish_weights(self, version: int) -> None:
-        """Export and put the learner's weights as `version`, and queue a load on every
-        rollout worker without waiting: each loads it when its current call ends."""
-        weights = self.learner.submit("export_weights", [()])[0]
-        self._weights, self._version = weights, version
-        self._pending_loads = self.rollout.submit("update_weights",
-                                                  [(weights, version)] * len(self.rollout))
-
-    def push_weights(self, version: int) -> None:
-        """One export, one put, one load call per rollout worker."""
+    def publish_weights(self, version: int) -> list[Any]:
+        """Export and put the learner's weights as `version` (one export, one put), and
+        queue a load on every rollout worker without waiting: each loads it when its current
+        call ends. Returns the loads' references."""
         weights = self.learner.submit("export_weights", [()])[0]
         self._weights, self._version = weights, version  # also for a rebuilt rollout worker
-        loads = self.rollout.submit("update_weights", [(weights, version)] * len(self.rollout))
+        return self.rollout.submit("update_weights", [(weights, version)] * len(self.rollout))
+
+    def push_weights(self, version: int) -> None:
+        """`publish_weights`, then wait until every rollout worker has loaded them."""
+        loads = self.publish_weights(version)
         timeout = self.cfg.rollout.timeout_s or None
         for w, load in enumerate(loads):
             try:
