@@ -38,6 +38,18 @@ class RolloutBatch:
         return sum(s.response_len for s in self.summaries)
 
 
+def worker_shares(env_seeds: list[int], group_ids: list[int], seed: int, workers: int,
+                  transcripts: int) -> list[tuple]:
+    """`collect` arguments for each of `workers` workers playing one step's groups: a
+    contiguous share of the groups, its own sampling seed, and how many of the step's first
+    `transcripts` groups fall in its share. Sync mode and async chunks both cut steps so."""
+    parts = np.array_split(np.arange(len(env_seeds)), workers)
+    wanted = np.clip(transcripts - np.cumsum([0, *map(len, parts[:-1])]), 0,
+                     [len(p) for p in parts])
+    return [([env_seeds[i] for i in part], [group_ids[i] for i in part], seed * 1009 + w,
+             int(wanted[w])) for w, part in enumerate(parts)]
+
+
 class Cluster:
     """Rollout and learner actors for one run (a context manager that cleans up)."""
 
@@ -93,14 +105,7 @@ class Cluster:
         current weights, and asked for the same share again: same seeds, so the same
         episodes. The lost call's results are never fetched, so nothing is consumed twice.
         """
-        parts = np.array_split(np.arange(len(env_seeds)), len(self.rollout))
-        wanted = np.clip(transcripts - np.cumsum([0, *map(len, parts[:-1])]), 0,
-                         [len(p) for p in parts])  # groups with a transcript, per worker
-        args = [
-            ([env_seeds[i] for i in part], [group_ids[i] for i in part], seed * 1009 + w,
-             int(wanted[w]))
-            for w, part in enumerate(parts)
-        ]
+        args = worker_shares(env_seeds, group_ids, seed, len(self.rollout), transcripts)
         refs = self.rollout.submit("collect", args, num_returns=2)
         summaries, trajectory_refs = [], []
         for w, ref in enumerate(refs):

@@ -24,10 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import ray
 
-from actors.loop import Cluster, RolloutBatch
+from actors.loop import Cluster, RolloutBatch, worker_shares
 from arl.types import EpisodeSummary
 
 
@@ -52,8 +51,8 @@ class AsyncStats:
 class AsyncRollouts:
     """Keeps every rollout worker busy within the staleness bound; hands out batches.
 
-    `start_args(chunk_index)` gives a chunk's collect arguments (env seeds, group ids,
-    sampling seed); the caller owns the mapping from chunks to start states.
+    `start_args(chunk_index)` gives a chunk's collect arguments (`chunk_args`); the caller
+    owns the mapping from chunks to start states.
     """
 
     def __init__(self, cluster: Cluster, max_staleness: int, first_chunk: int,
@@ -73,14 +72,14 @@ class AsyncRollouts:
         started = self.next_chunk - self.dropped_chunks
         return started < (version + self.k + 1) * self.workers
 
-    def feed(self, version: int, transcripts: Callable[[int], int] = lambda c: 0) -> None:
+    def feed(self, version: int) -> None:
         """Start chunks on idle workers while admission allows."""
         for w in range(self.workers):
             if w in self.busy or not self._admitted(version):
                 continue
             c = self.next_chunk
             self.next_chunk += 1
-            chunk = _Chunk(c, w, (*self.start_args(c), transcripts(c)))
+            chunk = _Chunk(c, w, self.start_args(c))
             chunk.refs = self.cluster.rollout.submit_one(w, "collect", chunk.args, num_returns=2)
             self.busy[w] = chunk
             self.rollout_idle_s += time.perf_counter() - self.idle_since.pop(w)
@@ -112,8 +111,7 @@ class AsyncRollouts:
     def _head(chunk: _Chunk) -> Any:
         return chunk.refs[0]
 
-    def next_batch(self, learner_version: int, transcripts: Callable[[int], int]
-                   ) -> tuple[RolloutBatch, AsyncStats]:
+    def next_batch(self, learner_version: int) -> tuple[RolloutBatch, AsyncStats]:
         """The next W fresh chunks as one batch (ordered by chunk index), feeding workers
         while it waits. Chunks more than max_staleness behind `learner_version` are dropped."""
         t0 = time.perf_counter()
@@ -130,7 +128,7 @@ class AsyncRollouts:
             self.done = fresh
             if len(self.done) >= self.workers:
                 break
-            self.feed(learner_version, transcripts)
+            self.feed(learner_version)
             self.poll(timeout=None)  # admission always lets a chunk start here (module doc)
         taken = sorted(self.done[: self.workers], key=lambda ch: ch.index)
         self.done = self.done[self.workers:]
@@ -140,10 +138,10 @@ class AsyncRollouts:
                              [ch.refs[1] for ch in taken])
         return batch, AsyncStats(staleness, dropped, time.perf_counter() - t0)
 
-    def wait_for(self, ref: Any, version: int, transcripts: Callable[[int], int]) -> Any:
+    def wait_for(self, ref: Any, version: int) -> Any:
         """Resolve `ref` (the learner's step), keeping the rollout workers fed meanwhile."""
         while True:
-            self.feed(version, transcripts)
+            self.feed(version)
             if self.poll(timeout=None, also=ref):
                 return self.cluster.learner.get(ref)
 
@@ -162,16 +160,16 @@ class AsyncRollouts:
             self.poll(timeout=None)
 
 
-def chunk_args(cfg: Any, start_states: Callable[[Any, int], Any]) -> Callable[[int], tuple]:
-    """Chunk index -> collect arguments: the same groups and seed sync mode gives worker
-    `c % W` at step `c // W`."""
+def chunk_args(cfg: Any, start_states: Callable[[Any, int], Any],
+               transcripts: Callable[[int], int]) -> Callable[[int], tuple]:
+    """Chunk index -> collect arguments: exactly what sync mode gives worker `c % W` at step
+    `c // W` (`transcripts(step)`: conversations wanted from that step)."""
     workers = cfg.rollout.num_workers
 
     def args(c: int) -> tuple:
         step, part = divmod(c, workers)
         states = start_states(cfg, step)
-        rows = np.array_split(np.arange(len(states.env_seeds)), workers)[part]
-        return ([states.env_seeds[i] for i in rows], [states.group_ids[i] for i in rows],
-                (cfg.seed + step) * 1009 + part)
+        return worker_shares(states.env_seeds, states.group_ids, cfg.seed + step, workers,
+                             transcripts(step))[part]
 
     return args

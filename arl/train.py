@@ -131,23 +131,16 @@ def _async_steps(cfg: Config, cluster: Any, start: int) -> Iterator[tuple[int, S
     versions while the learner trains; weights are published without stopping them."""
     from actors.pipeline import AsyncRollouts, chunk_args
 
-    workers = cfg.rollout.num_workers
-    sizes = [len(p) for p in np.array_split(np.arange(cfg.rollout.groups_per_step), workers)]
-
-    def transcripts(chunk: int) -> int:  # as sync mode shares them out among workers
-        step, part = divmod(chunk, workers)
-        return int(np.clip(_transcripts(cfg, step) - sum(sizes[:part]), 0, sizes[part]))
-
-    source = AsyncRollouts(cluster, cfg.max_staleness, start * workers,
-                           chunk_args(cfg, start_states))
+    source = AsyncRollouts(cluster, cfg.max_staleness, start * cfg.rollout.num_workers,
+                           chunk_args(cfg, start_states, lambda step: _transcripts(cfg, step)))
     try:
         for step in range(start, cfg.steps):
             t0 = time.perf_counter()
-            batch, stats = source.next_batch(step, transcripts)
+            batch, stats = source.next_batch(step)
             t1 = time.perf_counter()
             advantages, keep = _advantages(cfg, batch.summaries)
             ref = cluster.submit_learner_step(batch, advantages, keep)
-            learner_metrics = source.wait_for(ref, step, transcripts)
+            learner_metrics = source.wait_for(ref, step)
             t2 = time.perf_counter()
             cluster.publish_weights(version=step + 1)
             t3 = time.perf_counter()
