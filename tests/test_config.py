@@ -1,5 +1,6 @@
 """The one config schema: defaults, files, overrides, and errors that name the key."""
 
+import importlib.util
 import pathlib
 import subprocess
 import sys
@@ -44,6 +45,9 @@ def test_files_then_overrides(tmp_path):
         ("env.name=chess", "env.name"),
         ("wandb.mode=sometimes", "wandb.mode"),
         ("rollout.top_p=1.5", "rollout.top_p"),
+        ("rollout.engine=sglang", "rollout.engine"),
+        ("rollout.vllm.gpu_memory_utilization=1.5", "rollout.vllm.gpu_memory_utilization"),
+        ("warmstart.architecture=llama", "warmstart.architecture"),
         ("run_name=../x", "run_name"),
         ("seed", "seed"),
     ],
@@ -67,6 +71,37 @@ def test_missing_model_dir_is_named(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config([], [f"model.path={tmp_path}/nothing"])
     assert err.value.key == "model.path"
+
+
+def test_vllm_engine_refuses_top_p_below_one():
+    with pytest.raises(ConfigError) as err:
+        load_config([], ["rollout.engine=vllm", "rollout.top_p=0.9"], check_paths=False)
+    assert err.value.key == "rollout.top_p"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed")
+def test_vllm_engine_without_the_extra_names_it(warm_model_dir):
+    with pytest.raises(ConfigError) as err:
+        load_config([], [f"model.path={warm_model_dir}", "rollout.engine=vllm"])
+    assert err.value.key == "rollout.engine"
+    assert "make venv-vllm" in str(err.value) and ".[vllm]" in str(err.value)
+
+
+def test_hub_ids_pass_offline_and_fail_clearly_without_a_hub(tmp_path, monkeypatch):
+    from arl.config import is_hub_id
+    from learner.gguf import prepare_model
+
+    assert is_hub_id("Qwen/Qwen2.5-0.5B-Instruct")
+    assert not is_hub_id("./Qwen/x") and not is_hub_id("a/b/c") and not is_hub_id("m.gguf")
+    cfg = load_config([], ["model.path=Qwen/Qwen2.5-0.5B-Instruct"])  # no hub needed yet
+    assert cfg.model.path == "Qwen/Qwen2.5-0.5B-Instruct"
+    import huggingface_hub.constants as hub
+
+    # Offline, with an empty cache: the download must fail, fast and by name.
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(RuntimeError, match="Qwen/Qwen2.5-0.5B-Instruct"):
+        prepare_model("Qwen/Qwen2.5-0.5B-Instruct")
 
 
 def test_cli_rejects_unknown_key_fast_without_ray():

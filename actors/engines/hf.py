@@ -16,6 +16,7 @@ unless it is used) and never imports ray: `actors/` wraps the class with `ray.re
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -78,6 +79,10 @@ class HFEngine:
         self.pad_token_id = 0 if pad is None else pad  # any id works: pads are masked
         self._expected = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
         self._aliases = _tied_groups(self.model)
+        # transformers renamed `past_key_values` to `cache` (5.2x); an unknown keyword is
+        # swallowed silently, and decoding without the cache reads garbage, so ask the model.
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
 
     def get_tokenizer(self) -> Any:
         """The model's tokenizer (a method, so that a Ray actor handle can fetch it)."""
@@ -188,7 +193,9 @@ class HFEngine:
             if live.numel() < len(rows):
                 rows, token, next_pos = rows[live], token[live], next_pos[live]
                 attention_mask = attention_mask[live]
-                cache.batch_select_indices(live)
+                # reorder_cache is an index_select on every kind of cache layer; the
+                # linear-attention layers of hybrid models lack batch_select_indices.
+                cache.reorder_cache(live)
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(rows), 1)], 1)
             logits = self._forward(token[:, None], attention_mask, next_pos, cache)
             next_pos = next_pos + 1
@@ -206,9 +213,9 @@ class HFEngine:
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=positions,
-            cache=cache,
             use_cache=True,
             logits_to_keep=1,
+            **{self._cache_kwarg: cache},
         )
         return out.logits[:, -1].float()
 
