@@ -46,14 +46,16 @@ def connect(cfg: RayConfig) -> str:
     return "embedded"
 
 
-def require_cpus(needed: float, what: str) -> None:
-    """Raise RuntimeError if the cluster has fewer CPUs than the actors will reserve: Ray
-    would otherwise wait forever for the missing ones, silently."""
-    total = ray.cluster_resources().get("CPU", 0.0)
+def require_cpus(needed: float, what: str, resource: str = "CPU") -> None:
+    """Raise RuntimeError if the cluster has less of `resource` (CPU, GPU) than the actors
+    will reserve: Ray would otherwise wait forever for the missing part, silently."""
+    total = ray.cluster_resources().get(resource, 0.0)
     if needed > total:
+        hint = ("raise ray.num_cpus (an embedded cluster) or lower the actors' CPUs"
+                if resource == "CPU" else f"lower the actors' {resource}s")
         raise RuntimeError(
-            f"the actors reserve {needed:g} CPUs ({what}) but the Ray cluster has {total:g}; "
-            "raise ray.num_cpus (an embedded cluster) or lower the actors' CPUs")
+            f"the actors reserve {needed:g} {resource}s ({what}) but the Ray cluster has "
+            f"{total:g}; {hint}")
 
 
 def _keep_on_loopback() -> None:

@@ -76,11 +76,16 @@ class Cluster:
             ray_cluster.require_cpus(
                 cfg.learner.cpus + cfg.rollout.num_workers * cfg.rollout.cpus_per_worker,
                 "learner.cpus + rollout.num_workers * rollout.cpus_per_worker")
+            gpus = cfg.learner.gpus + cfg.rollout.num_workers * cfg.rollout.gpus_per_worker
+            if gpus > 0:
+                ray_cluster.require_cpus(
+                    gpus, "learner.gpus + rollout.num_workers * rollout.gpus_per_worker", "GPU")
         self.learner = ActorGroup(
             LearnerWorker,
             [(cfg.model, cfg.learner, cfg.steps, cfg.seed, cfg.rollout.temperature,
               cfg.learner.cpus)],
             num_cpus=cfg.learner.cpus,
+            num_gpus=cfg.learner.gpus,
             use_ray=self.use_ray,
             name=f"{cfg.run_name}-learner",
         )
@@ -89,6 +94,7 @@ class Cluster:
             [(cfg.model, cfg.rollout, cfg.env, cfg.rollout.cpus_per_worker)]
             * cfg.rollout.num_workers,
             num_cpus=cfg.rollout.cpus_per_worker,
+            num_gpus=cfg.rollout.gpus_per_worker,
             use_ray=self.use_ray,
             name=f"{cfg.run_name}-rollout",
             max_restarts=cfg.rollout.max_restarts,

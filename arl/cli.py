@@ -36,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
                       help="GPU memory to plan for (default: this machine's GPU, if any)")
     plan.add_argument("--unified-memory-gb", type=float, default=None,
                       help="one pool shared by CPU and GPU, e.g. 128 for a DGX Spark")
+    plan.add_argument("--prompt-tokens", type=int, default=None,
+                      help="the longest prompt, instead of rendering the env's prompts with "
+                           "the model's tokenizer (for a model folder with only config.json)")
     return parser
 
 
@@ -163,7 +166,8 @@ def _plan(args: argparse.Namespace) -> int:
 
     cfg.model.path = prepare_model(cfg.model.path)
     shape = plan.model_shape(cfg.model.path, cfg.learner.lora.target_modules)
-    lines, summary, fits = plan.report(cfg, shape, machine, plan.prompt_tokens(cfg))
+    prompt = args.prompt_tokens if args.prompt_tokens else plan.prompt_tokens(cfg)
+    lines, summary, fits = plan.report(cfg, shape, machine, prompt)
     print("\n".join(lines))
     print(plan.as_json(summary))
     return 0 if fits else 1

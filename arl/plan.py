@@ -11,7 +11,9 @@ sequence an episode reaches, b micro-batch size):
             (`bench/plan_memory.py`: within 5 % at T = 133, up to 30 % over at T = 512);
             they are those of this implementation, not a textbook's
   rollout   per worker: weights in model.dtype, and the KV cache of its share of the batch,
-            (batch / workers)*T*2*L*kv_heads*head_dim*dtype bytes
+            (batch / workers)*T*2*L*kv_heads*head_dim*dtype bytes (the HF engine); with
+            engine=vllm, the pool vLLM reserves: gpu_memory_utilization of the GPU, or on a
+            CPU the weights plus rollout.vllm.kv_cache_gib
   object    Ray's object store: one published weight version (4P) and one step's trajectories
   store     (about 9 bytes a token: ids, loss mask, sampler log-probs)
   runtime   about 0.4 GiB per Python process (torch and transformers loaded) plus 0.5 GiB
@@ -85,7 +87,8 @@ def logits_bytes(shape: ModelShape, b: int, t: int) -> int:
     return b * t * shape.vocab * 4 * 3
 
 
-def items(cfg: Config, shape: ModelShape, prompt_tokens: int) -> list[Item]:
+def items(cfg: Config, shape: ModelShape, prompt_tokens: int,
+          machine: Machine | None = None) -> list[Item]:
     """Every memory item of the run (see the module docstring for the formulas)."""
     P, s = shape.params, shape
     # With LoRA only the adapters have gradients and AdamW moments (learner/lora.py).
@@ -110,13 +113,33 @@ def items(cfg: Config, shape: ModelShape, prompt_tokens: int) -> list[Item]:
         Item("learner activations", "model", activation_bytes(shape, b, T), micro),
         Item("learner logits", "model", logits_bytes(shape, b, T), micro),
         Item("learner exported weights", "host", 4 * P, "model.path (a smaller model)"),
-        Item(f"rollout weights x{workers}", "model", workers * dtype * P,
-             "model.dtype=bfloat16 or fewer rollout.num_workers"),
-        Item(f"rollout KV cache x{workers}", "model", workers * kv, shares),
+        *_rollout_items(cfg, workers, dtype * P, kv, machine),
         Item("object store", "host", 4 * P + batch * T * TRAJECTORY_BYTES_PER_TOKEN, shares),
         Item("runtime", "host", (2 + workers) * PROCESS_BYTES + RAY_DAEMON_BYTES,
              "rollout.num_workers"),
     ]
+
+
+def _rollout_items(cfg: Config, workers: int, weights: int, kv: int,
+                   machine: Machine | None) -> list[Item]:
+    """The HF engine: its weights and the KV cache of its share. vLLM reserves a fixed pool
+    instead: gpu_memory_utilization of the GPU (weights, KV cache and activations), or on a
+    CPU its weights plus rollout.vllm.kv_cache_gib."""
+    v = cfg.rollout.vllm
+    if cfg.rollout.engine == "vllm" and machine is not None and (machine.gpu or machine.unified):
+        gpu = machine.host if machine.unified else machine.gpu or 0
+        return [Item(f"rollout vLLM reservation x{workers}", "model",
+                     int(workers * v.gpu_memory_utilization * gpu),
+                     "rollout.vllm.gpu_memory_utilization")]
+    if cfg.rollout.engine == "vllm":
+        return [Item(f"rollout weights x{workers}", "model", workers * weights,
+                     "model.dtype=bfloat16 or fewer rollout.num_workers"),
+                Item(f"rollout vLLM KV cache x{workers}", "model",
+                     int(workers * v.kv_cache_gib * GIB), "rollout.vllm.kv_cache_gib")]
+    return [Item(f"rollout weights x{workers}", "model", workers * weights,
+                 "model.dtype=bfloat16 or fewer rollout.num_workers"),
+            Item(f"rollout KV cache x{workers}", "model", workers * kv,
+                 "rollout.groups_per_step, rollout.group_size or rollout.max_new_tokens")]
 
 
 def pools(machine: Machine, plan_items: list[Item]) -> dict[str, tuple[int, int]]:
@@ -138,7 +161,7 @@ def pool_of(machine: Machine, item: Item) -> str:
 def report(cfg: Config, shape: ModelShape, machine: Machine, prompt_tokens: int
            ) -> tuple[list[str], dict, bool]:
     """(lines for people, the JSON summary, fits) of the plan."""
-    plan_items = items(cfg, shape, prompt_tokens)
+    plan_items = items(cfg, shape, prompt_tokens, machine)
     planned = pools(machine, plan_items)
     lines = [f"model: {shape.params / 1e6:.1f}M parameters, {shape.layers} layers, "
              f"hidden {shape.hidden}, vocab {shape.vocab}; longest sequence "

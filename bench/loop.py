@@ -17,6 +17,8 @@ and prints
   overhead_share  the share of a step that bare generation and bare training of the step's
                   tokens do not explain (Ray, serialization, weight sync, env, padding, other)
   sync_bw_ratio   weight-sync bandwidth (exported bytes / timing/weight_sync) over memcpy's
+and, measured alone, the floor under a weight sync: an empty Ray actor call, a hand-over of
+the weights to an actor through the object store, and the engine's own load (ms).
 The first WARMUP steps are left out. Medians over the repeats; the last line is JSON.
 """
 
@@ -127,6 +129,46 @@ def memcpy_bytes_per_s(nbytes: int) -> float:
     return nbytes / best
 
 
+class _Sink:
+    """A bare Ray actor: what one call and one weight hand-over cost with nothing else."""
+
+    def noop(self) -> None:
+        return None
+
+    def take(self, weights: dict) -> int:
+        return len(weights)
+
+
+def sync_floor_ms(cfg: Config) -> dict[str, float]:
+    """The parts of a weight sync measured alone (medians, ms): an empty Ray actor call, a
+    call that hands the exported weights to an actor through the object store, and the HF
+    engine loading them in-process. Their sum is the floor under `timing/weight_sync`."""
+    import ray
+
+    model, _ = load_model(cfg.model.path, "float32")
+    weights = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        sink = ray.remote(_Sink).options(num_cpus=0).remote()
+        ray.get(sink.noop.remote())
+
+        def timed(call, n: int) -> float:
+            times = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                call()
+                times.append(time.perf_counter() - t0)
+            return 1000 * statistics.median(times)
+
+        call_ms = timed(lambda: ray.get(sink.noop.remote()), 50)
+        hand_ms = timed(lambda: ray.get(sink.take.remote(ray.put(weights))), 20)
+    finally:
+        ray.shutdown()
+    engine = HFEngine(cfg.model.path, dtype=cfg.model.dtype)
+    load_ms = timed(lambda: engine.update_weights(weights, 1), 20)
+    return {"ray_call_ms": call_ms, "ray_weights_ms": hand_ms, "engine_load_ms": load_ms}
+
+
 def one_repeat() -> dict[str, float]:
     with tempfile.TemporaryDirectory() as out:
         cfg, rows = loop_run(out)
@@ -153,14 +195,18 @@ def one_repeat() -> dict[str, float]:
     print(f"loop: {loop_gen:.0f} gen tok/s, {loop_learner:.0f} learner tok/s, step parts "
           f"{parts}; bare: {gen_rate:.0f} gen tok/s, {learner_rate:.0f} learner tok/s; "
           f"{weight_bytes / 2**20:.1f} MiB of weights")
+    floor = sync_floor_ms(cfg)
+    print(f"weight sync {1000 * mean('timing/weight_sync'):.1f} ms; measured alone: "
+          + ", ".join(f"{k} {v:.2f}" for k, v in floor.items()))
     print({k: round(v, 3) for k, v in result.items()})
-    return result
+    return {**result, **floor}
 
 
 def main() -> None:
     results = [one_repeat() for _ in range(REPEATS)]
     print(json.dumps({k: round(statistics.median(r[k] for r in results), 4)
-                      for k in results[0]}))
+                      for k in ("gen_ratio", "learner_ratio", "overhead_share", "sync_bw_ratio",
+                                "ray_call_ms", "ray_weights_ms", "engine_load_ms")}))
 
 
 if __name__ == "__main__":

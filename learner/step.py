@@ -92,7 +92,12 @@ class GSPOLearner:
         self.dtype = dtype
         self.total_steps = total_steps
         self.seed = seed
+        # learner.gpus > 0: the GPU Ray reserved for this actor (the only one it sees).
+        if cfg.gpus > 0 and not torch.cuda.is_available():
+            raise RuntimeError("learner.gpus > 0 but this process sees no CUDA GPU")
+        self.device = torch.device("cuda" if cfg.gpus > 0 else "cpu")
         self.model, tokenizer = load_model(model_path, "float32")
+        self.model.to(self.device)
         if cfg.lora.rank > 0:  # adapters only: AdamW state for them alone (learner/lora.py)
             self.model = apply_lora(self.model, cfg.lora)
         _require_no_dropout(self.model)
@@ -178,13 +183,15 @@ class GSPOLearner:
         start = 0
         for micro in mini.split(self.cfg.micro_batch_size):
             logprobs = self._logprobs(micro, temperature)
-            out[start : start + micro.size, : logprobs.shape[1]] = logprobs
+            out[start : start + micro.size, : logprobs.shape[1]] = logprobs.cpu()
             start += micro.size
         return out
 
     def _logprobs(self, micro: Batch, temperature: float) -> torch.Tensor:
-        """[b, t] float32 logprobs of a micro-batch's ids under the current weights."""
-        return token_logprobs(self.model, micro.input_ids, micro.attention_mask, temperature)
+        """[b, t] float32 logprobs of a micro-batch's ids under the current weights, on the
+        learner's device (batches stay on the CPU until here)."""
+        return token_logprobs(self.model, micro.input_ids.to(self.device),
+                              micro.attention_mask.to(self.device), temperature)
 
     def _optimizer_step(self, mini: Batch, temperature: float) -> _MiniResult:
         """Accumulate the mini-batch gradient over micro-batches; clip; step unless non-finite."""
@@ -193,13 +200,16 @@ class GSPOLearner:
         loss, outputs, lengths, tokens = 0.0, [], [], 0
         for micro in mini.split(cfg.micro_batch_size):
             logprobs = self._logprobs(micro, temperature)
+            dev = self.device
             out = self.loss_fn(
-                logprobs, micro.old_logprobs, micro.advantages, micro.loss_mask,
+                logprobs, micro.old_logprobs.to(dev), micro.advantages.to(dev),
+                micro.loss_mask.to(dev),
                 cfg.clip_low, cfg.clip_high, mini.size,  # global normaliser: the mini-batch
             )
             out.loss.backward()
             loss += out.loss.item()
-            outputs.append(out)
+            outputs.append(gspo.LossOutput(out.loss.detach().cpu(), out.ratio.cpu(),
+                                           out.clipped_low.cpu(), out.clipped_high.cpu()))
             lengths.append(micro.loss_mask.sum(dim=-1))
             tokens += micro.num_tokens
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip).item()
@@ -220,14 +230,15 @@ class GSPOLearner:
         for name, tensor in state.items():
             key = (tensor.data_ptr(), tuple(tensor.shape))
             if key not in arrays:
-                arrays[key] = np.array(tensor.detach().to(torch.float32).numpy(), copy=True)
+                arrays[key] = np.array(tensor.detach().to(torch.float32).cpu().numpy(),
+                                       copy=True)
             out[name] = arrays[key]
         return out
 
     def state_dict_for_checkpoint(self) -> LearnerState:
         """A snapshot (copies) of parameters, AdamW state, version and skip count."""
-        params = {n: p.detach().clone() for n, p in self.model.named_parameters()}
-        optimizer = copy.deepcopy(self.optimizer.state_dict())
+        params = {n: p.detach().cpu().clone() for n, p in self.model.named_parameters()}
+        optimizer = _to_cpu(copy.deepcopy(self.optimizer.state_dict()))
         return LearnerState(params, optimizer, self.version, self.skipped_steps,
                             self.skipped_in_row)
 
@@ -264,6 +275,18 @@ def _require_no_dropout(model: torch.nn.Module) -> None:
     )
     if rates:
         raise ValueError(f"the learner needs a model without dropout, found {rates}")
+
+
+def _to_cpu(value):
+    """The same nested structure with every tensor on the CPU (checkpoints are written there;
+    `load_state_dict` moves AdamW state back to the parameters' device)."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_to_cpu(v) for v in value]
+    return value
 
 
 def _mean(values: list[float]) -> float:

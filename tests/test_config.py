@@ -80,9 +80,14 @@ def test_vllm_engine_refuses_top_p_below_one():
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed")
-def test_vllm_engine_without_the_extra_names_it(warm_model_dir):
+def test_vllm_engine_without_the_extra_names_it(warm_model_dir, tmp_path):
+    from arl.train import train
+
+    cfg = load_config([], [f"model.path={warm_model_dir}", "rollout.engine=vllm",
+                           f"output_dir={tmp_path}"])
     with pytest.raises(ConfigError) as err:
-        load_config([], [f"model.path={warm_model_dir}", "rollout.engine=vllm"])
+        train(cfg)  # raises before Ray starts or any run directory is made
+    assert not any(tmp_path.iterdir())
     assert err.value.key == "rollout.engine"
     assert "make venv-vllm" in str(err.value) and ".[vllm]" in str(err.value)
 

@@ -7,6 +7,7 @@ greedy ids must be identical, and log-probs agree to 2e-3 (measured: about 1e-5 
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -122,22 +123,34 @@ def _shm_entries() -> set[str]:
     return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
 
-def _process_count() -> int:
+def _started_since(t0: float) -> list[str]:
+    """Children of this process, and Ray or vLLM processes anywhere, that started after t0
+    and are still alive (other jobs on the machine do not count)."""
     import psutil
 
-    return len(psutil.pids())
+    found = []
+    for proc in psutil.process_iter(["pid", "create_time", "cmdline", "status"]):
+        info = proc.info
+        if info["create_time"] is None or info["create_time"] < t0:
+            continue
+        if info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        cmd = " ".join(info["cmdline"] or [])
+        mine = info["pid"] in {c.pid for c in psutil.Process().children(recursive=True)}
+        if mine or any(word in cmd for word in ("ray::", "raylet", "gcs_server", "vllm")):
+            found.append(f"{info['pid']} {cmd[:80]}")
+    return found
 
 
 def test_train_on_ray_with_vllm_leaves_nothing_behind(tmp_path, warm_model_dir):
     """Three GSPO steps with vLLM rollout workers on a local Ray cluster; afterwards /dev/shm
     and the process table are as they were."""
     import json
-    import time
 
     from arl.config import load_config
     from arl.train import train
 
-    shm, procs = _shm_entries(), _process_count()
+    shm, t0 = _shm_entries(), time.time()
     cfg = load_config(["configs/ci.yaml"], [
         f"model.path={warm_model_dir}", f"output_dir={tmp_path}", "ray.address=local",
         "rollout.engine=vllm", "rollout.vllm.max_model_len=512"])
@@ -148,9 +161,8 @@ def test_train_on_ray_with_vllm_leaves_nothing_behind(tmp_path, warm_model_dir):
     assert all(r["rollout/sampler_logprob_gap"] < 0.05 for r in rows), rows
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        left = _shm_entries() - shm
-        if not left and _process_count() <= procs:
+        if not _shm_entries() - shm and not _started_since(t0):
             break
         time.sleep(1)
     assert _shm_entries() - shm == set(), "shared-memory files left in /dev/shm"
-    assert _process_count() <= procs, "processes left behind"
+    assert _started_since(t0) == [], "processes left behind"
