@@ -48,6 +48,8 @@ def test_files_then_overrides(tmp_path):
         ("rollout.engine=sglang", "rollout.engine"),
         ("rollout.vllm.gpu_memory_utilization=1.5", "rollout.vllm.gpu_memory_utilization"),
         ("warmstart.architecture=llama", "warmstart.architecture"),
+        ("rollout.gpus_per_worker=0.5", "rollout.gpus_per_worker"),  # the hf engine is CPU
+        ("learner.gpus=-1", "learner.gpus"),
         ("run_name=../x", "run_name"),
         ("seed", "seed"),
     ],

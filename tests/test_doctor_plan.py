@@ -94,3 +94,21 @@ def test_arl_plan_fits_here_and_warns_on_a_small_machine(warm_model_dir, capsys)
     assert main(["plan", CI, "--memory-gb", "0.5", f"model.path={warm_model_dir}"]) == 1
     out = capsys.readouterr().out
     assert "WARNING: the host pool does not fit" in out and "turn " in out
+
+
+def test_plan_of_an_architecture_only_folder_with_vllm_on_a_gpu(capsys):
+    """configs/gpu_one.yaml against a 24 GB GPU: the parameter count comes from config.json
+    alone, vLLM's item is its reservation of the GPU, and a 1.7B model trained in full does
+    not fit while LoRA does."""
+    args = ["plan", "configs/gpu_one.yaml", "--prompt-tokens", "400", "--gpu-memory-gb", "24",
+            "--memory-gb", "64"]
+    assert main([*args, "model.path=configs/models/qwen2.5-0.5b-instruct"]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert 490e6 < summary["params"] < 500e6  # Qwen2.5-0.5B: 494M with tied embeddings
+    assert summary["items_gib"]["rollout vLLM reservation x1"] == round(0.3 * 24, 4)
+    assert summary["sequence_tokens"] == 400 + 256
+    assert main([*args, "model.path=configs/models/qwen3-1.7b"]) == 1
+    assert "turn learner.lora.rank" in capsys.readouterr().out
+    assert main([*args, "model.path=configs/models/qwen3-1.7b", "learner.lora.rank=16",
+                 "learner.micro_batch_size=1"]) == 0
