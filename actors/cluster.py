@@ -46,13 +46,14 @@ def connect(cfg: RayConfig) -> str:
     return "embedded"
 
 
-def require_cpus(needed: float, what: str, resource: str = "CPU") -> None:
+def require_resource(needed: float, what: str, resource: str = "CPU") -> None:
     """Raise RuntimeError if the cluster has less of `resource` (CPU, GPU) than the actors
     will reserve: Ray would otherwise wait forever for the missing part, silently."""
     total = ray.cluster_resources().get(resource, 0.0)
     if needed > total:
         hint = ("raise ray.num_cpus (an embedded cluster) or lower the actors' CPUs"
-                if resource == "CPU" else f"lower the actors' {resource}s")
+                if resource == "CPU" else f"start nodes that offer {resource} (`ray start "
+                f"--resources ...` for custom ones) or lower what the actors reserve")
         raise RuntimeError(
             f"the actors reserve {needed:g} {resource}s ({what}) but the Ray cluster has "
             f"{total:g}; {hint}")

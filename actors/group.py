@@ -29,6 +29,7 @@ class ActorGroup:
         *,
         num_cpus: float,
         num_gpus: float = 0.0,
+        resources: dict[str, float] | None = None,
         use_ray: bool = True,
         name: str = "",
         max_restarts: int = 0,
@@ -40,7 +41,8 @@ class ActorGroup:
             remote_cls = ray.remote(cls)
             self.members = [
                 remote_cls.options(
-                    num_cpus=num_cpus, num_gpus=num_gpus, name=f"{name}-{i}" if name else None,
+                    num_cpus=num_cpus, num_gpus=num_gpus, resources=dict(resources or {}),
+                    name=f"{name}-{i}" if name else None,
                     max_restarts=max_restarts, max_task_retries=0,
                 ).remote(*args)
                 for i, args in enumerate(args_per_member)

@@ -52,6 +52,21 @@ class LearnerWorker:
                                     temperature=self.temperature)
         return {**metrics, "learner/duplicate_trajectories": float(duplicates)}
 
+    def rendezvous(self) -> tuple[str, int]:
+        """(this node's IP, a free TCP port): where rank 0 of a learner group listens."""
+        import socket
+
+        import ray
+
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            port = probe.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def join_group(self, rank: int, world: int, address: str, port: int) -> None:
+        """Become rank `rank` of `world` data-parallel learners (learner/distributed.py)."""
+        self.learner.join_group(rank, world, address, port)
+
     def export_weights(self) -> dict[str, np.ndarray]:
         return self.learner.export_weights()
 

@@ -73,19 +73,16 @@ class Cluster:
     def _start(self, cfg: Config) -> None:
         if self.use_ray:
             self.how = ray_cluster.connect(cfg.ray)
-            ray_cluster.require_cpus(
-                cfg.learner.cpus + cfg.rollout.num_workers * cfg.rollout.cpus_per_worker,
-                "learner.cpus + rollout.num_workers * rollout.cpus_per_worker")
-            gpus = cfg.learner.gpus + cfg.rollout.num_workers * cfg.rollout.gpus_per_worker
-            if gpus > 0:
-                ray_cluster.require_cpus(
-                    gpus, "learner.gpus + rollout.num_workers * rollout.gpus_per_worker", "GPU")
+            self._require_resources(cfg)
+        elif cfg.learner.num_workers > 1:
+            raise ValueError("learner.num_workers > 1 needs Ray (use_ray=True)")
         self.learner = ActorGroup(
             LearnerWorker,
             [(cfg.model, cfg.learner, cfg.steps, cfg.seed, cfg.rollout.temperature,
-              cfg.learner.cpus)],
+              cfg.learner.cpus)] * cfg.learner.num_workers,
             num_cpus=cfg.learner.cpus,
             num_gpus=cfg.learner.gpus,
+            resources=cfg.learner.resources,
             use_ray=self.use_ray,
             name=f"{cfg.run_name}-learner",
         )
@@ -95,12 +92,37 @@ class Cluster:
             * cfg.rollout.num_workers,
             num_cpus=cfg.rollout.cpus_per_worker,
             num_gpus=cfg.rollout.gpus_per_worker,
+            resources=cfg.rollout.resources,
             use_ray=self.use_ray,
             name=f"{cfg.run_name}-rollout",
             max_restarts=cfg.rollout.max_restarts,
         )
+        if len(self.learner) > 1:  # one torch.distributed group; rank 0 hosts the rendezvous
+            address, port = self.learner.get(self.learner.submit_one(0, "rendezvous", ()))
+            world = len(self.learner)
+            self.learner.get(self.learner.submit(
+                "join_group", [(rank, world, address, port) for rank in range(world)]))
         self.actor_restarts = 0  # rollout workers rebuilt (new processes), whole run
         self._pids: list[int | None] = [None] * cfg.rollout.num_workers
+
+    @staticmethod
+    def _require_resources(cfg: Config) -> None:
+        """Fail now, naming the keys, if the actors ask for more than the cluster has."""
+        m, w = cfg.learner.num_workers, cfg.rollout.num_workers
+        ray_cluster.require_resource(
+            m * cfg.learner.cpus + w * cfg.rollout.cpus_per_worker,
+            "learner.num_workers * learner.cpus + rollout.num_workers * "
+            "rollout.cpus_per_worker")
+        gpus = m * cfg.learner.gpus + w * cfg.rollout.gpus_per_worker
+        if gpus > 0:
+            ray_cluster.require_resource(gpus, "learner.num_workers * learner.gpus + "
+                                         "rollout.num_workers * rollout.gpus_per_worker", "GPU")
+        for name in set(cfg.learner.resources) | set(cfg.rollout.resources):
+            needed = (m * cfg.learner.resources.get(name, 0.0)
+                      + w * cfg.rollout.resources.get(name, 0.0))
+            ray_cluster.require_resource(needed, f"learner.num_workers * learner.resources."
+                                         f"{name} + rollout.num_workers * rollout.resources."
+                                         f"{name}", name)
 
     def collect(self, env_seeds: list[int], group_ids: list[int], seed: int,
                 transcripts: int = 0) -> RolloutBatch:
@@ -179,13 +201,14 @@ class Cluster:
     def submit_learner_step(self, batch: RolloutBatch, advantages: np.ndarray,
                             keep: np.ndarray) -> Any:
         """Start `learner_step`; return the reference to its metrics."""
-        return self.learner.submit("step", [(advantages, keep, *batch.trajectory_refs)])[0]
+        args = (advantages, keep, *batch.trajectory_refs)  # every rank reads the whole batch
+        return self.learner.submit("step", [args] * len(self.learner))[0]
 
     def publish_weights(self, version: int) -> list[Any]:
         """Export and put the learner's weights as `version` (one export, one put), and
         queue a load on every rollout worker without waiting: each loads it when its current
         call ends. Returns the loads' references."""
-        weights = self.learner.submit("export_weights", [()])[0]
+        weights = self.learner.submit_one(0, "export_weights", ())  # ranks hold equal weights
         self._weights, self._version = weights, version  # also for a rebuilt rollout worker
         return self.rollout.submit("update_weights", [(weights, version)] * len(self.rollout))
 
@@ -206,12 +229,13 @@ class Cluster:
         """Restore the learner from `directory`; return the `extra` JSON that
         `save_checkpoint` stored. Push weights afterwards to bring the rollout workers to
         the same version."""
-        return self.learner.get(self.learner.submit("load_checkpoint", [(directory,)]))[0]
+        return self.learner.get(self.learner.submit(
+            "load_checkpoint", [(directory,)] * len(self.learner)))[0]
 
     def save_checkpoint(self, directory: str, step: int, extra: dict[str, Any]) -> None:
         """Checkpoint the learner after `step` steps, with the run config and `extra` (JSON)."""
         extra = {"config": to_dict(self.cfg), **extra}
-        self.learner.get(self.learner.submit("save_checkpoint", [(directory, step, extra)]))
+        self.learner.get(self.learner.submit_one(0, "save_checkpoint", (directory, step, extra)))
 
     def __exit__(self, *exc: object) -> None:
         for group in (self.rollout, self.learner):

@@ -66,6 +66,9 @@ class RolloutConfig:
     num_workers: int = 1
     cpus_per_worker: int = 1
     gpus_per_worker: float = 0.0  # Ray GPUs per worker; a fraction shares a GPU (engine=vllm)
+    # Custom Ray resources each worker reserves, e.g. {rollout_node: 1}: Ray then places the
+    # workers only on nodes started with `--resources '{"rollout_node": N}'`.
+    resources: dict[str, float] = field(default_factory=dict)
     groups_per_step: int = 8  # start states per step; batch = groups_per_step * group_size
     group_size: int = 8
     temperature: float = 1.0
@@ -99,8 +102,10 @@ class LearnerConfig:
     clip_low: float = 3e-4
     clip_high: float = 4e-4
     advantage_eps: float = 1e-6
+    num_workers: int = 1  # data-parallel learners (M); each reserves cpus, gpus, resources
     cpus: int = 1
     gpus: float = 0.0  # Ray GPUs for the learner; > 0: it trains on the GPU; a fraction shares
+    resources: dict[str, float] = field(default_factory=dict)  # custom Ray resources, see rollout
     checkpoint_every: int = 100  # steps; 0 = only at the end
     max_nonfinite_in_row: int = 8  # skipped (NaN/inf) optimizer steps in a row before abort
     behaviour_is_cap: float = 0.0  # >0: weight advantages by min(behaviour IS ratio, cap)
@@ -185,7 +190,7 @@ _POSITIVE = (
     "warmstart.vocab_size", "warmstart.hidden_size", "warmstart.num_layers",
     "warmstart.num_heads", "env.search_depth", "learner.max_nonfinite_in_row",
     "rollout.vllm.max_num_seqs", "rollout.vllm.kv_cache_gib",
-    "rollout.vllm.gpu_memory_utilization",
+    "rollout.vllm.gpu_memory_utilization", "learner.num_workers",
 )
 _NON_NEGATIVE = (
     "seed", "max_staleness", "learner.warmup_steps", "rollout.timeout_s", "learner.weight_decay",
@@ -275,6 +280,13 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
     if cfg.rollout.gpus_per_worker > 0 and cfg.rollout.engine != "vllm":
         raise ConfigError("rollout.gpus_per_worker", "the hf engine runs on the CPU; GPU "
                           "rollout workers need rollout.engine=vllm")
+    for key in ("rollout.resources", "learner.resources"):
+        for name, amount in _get(cfg, key).items():
+            if name in ("CPU", "GPU", "memory", "object_store_memory"):
+                raise ConfigError(f"{key}.{name}", "a built-in Ray resource: use the cpus and "
+                                  "gpus keys")
+            if not amount > 0:
+                raise ConfigError(f"{key}.{name}", f"must be > 0, got {amount!r}")
     if cfg.rollout.vllm.gpu_memory_utilization > 1:
         raise ConfigError("rollout.vllm.gpu_memory_utilization", "must be in (0, 1]")
     for key in ("env.opponent_epsilon", "warmstart.malformed_fraction",

@@ -48,6 +48,7 @@ import torch
 from arl import gspo
 from arl.config import LearnerConfig
 from arl.types import Histogram, Trajectory
+from learner import distributed
 from learner.checkpoint import LearnerState
 from learner.collate import Batch, collate
 from learner.lora import apply_lora, is_lora, merged_state_dict
@@ -109,8 +110,16 @@ class GSPOLearner:
         self.optimizer = build_optimizer(
             [p for p in self.model.parameters() if p.requires_grad], cfg)
         self.version = 0  # learner steps done
+        self.rank, self.world = 0, 1  # data-parallel rank and group size (join_group)
         self.skipped_steps = 0  # skipped optimizer steps, whole run
         self.skipped_in_row = 0  # skipped optimizer steps since the last applied one
+
+    def join_group(self, rank: int, world: int, address: str, port: int) -> None:
+        """Become rank `rank` of `world` data-parallel learners (learner/distributed.py):
+        from now on each step trains on this rank's slice and sums gradients over the group."""
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        distributed.init_group(rank, world, address, port, backend)
+        self.rank, self.world = rank, world
 
     @property
     def lr(self) -> float:
@@ -140,7 +149,11 @@ class GSPOLearner:
                     "perf/train_tokens": 0.0}
         set_lr(self.optimizer, lr)
         minis = self._mini_batches(collate(trajectories, advantages, self.pad_id), temperature)
-        results = [self._optimizer_step(mini, temperature) for mini in minis]
+        results = [self._optimizer_step(mini, size, temperature) for mini, size in minis]
+        outputs = [o for r in results for o in r.outputs]
+        lengths = [n for r in results for n in r.lengths]
+        if self.world > 1:  # every rank reports on the whole batch
+            outputs, lengths = self._gathered(outputs, lengths)
         applied = [r for r in results if r.applied]
         skipped = len(results) - len(applied)
         self.version += 1
@@ -153,27 +166,34 @@ class GSPOLearner:
             "learner/lr": lr,
             "learner/skipped_steps": float(skipped),
             "learner/skipped_in_row": float(self.skipped_in_row),
-            **gspo.diagnostics([o for r in results for o in r.outputs],
-                               [n for r in results for n in r.lengths]),
-            "rollout/sampler_logprob_gap": _sampler_gap(minis),
+            **gspo.diagnostics(outputs, lengths),
+            "rollout/sampler_logprob_gap": self._sampler_gap(
+                [m for m, _ in minis if m is not None]),
             "perf/train_tokens": float(sum(r.tokens for r in results)),
         }
 
-    def _mini_batches(self, batch: Batch, temperature: float) -> list[Batch]:
+    def _mini_batches(self, batch: Batch, temperature: float) -> list[tuple[Batch | None, int]]:
         """Shuffle (seeded by seed and version), split into mini-batches, attach old_logprobs.
+        Returns (this rank's slice of the mini-batch, or None if it has no rows; the size of
+        the whole mini-batch, the loss normaliser) per mini-batch.
 
         All old_logprobs are computed before any update: they are the policy at step start.
         With fewer sequences than `mini_batches`, each sequence is its own mini-batch.
         """
         order = np.random.default_rng([self.seed, self.version]).permutation(batch.size)
         count = min(self.cfg.mini_batches, batch.size)
-        minis = [batch.select(rows) for rows in np.array_split(order, count)]
-        minis = [m.with_old_logprobs(self._old_logprobs(m, temperature)) for m in minis]
-        if self.cfg.behaviour_is_cap > 0:  # off-policy correction (async mode; module doc)
-            minis = [dataclasses.replace(m, advantages=m.advantages * gspo.behaviour_weights(
-                m.old_logprobs, m.sampler_logprobs, m.loss_mask, self.cfg.behaviour_is_cap))
-                for m in minis]
-        return minis
+        out: list[tuple[Batch | None, int]] = []
+        for rows in np.array_split(order, count):
+            mine = np.array_split(rows, self.world)[self.rank]
+            mini = batch.select(mine) if len(mine) else None
+            if mini is not None:
+                mini = mini.with_old_logprobs(self._old_logprobs(mini, temperature))
+            if mini is not None and self.cfg.behaviour_is_cap > 0:  # off-policy correction
+                mini = dataclasses.replace(mini, advantages=mini.advantages * (
+                    gspo.behaviour_weights(mini.old_logprobs, mini.sampler_logprobs,
+                                           mini.loss_mask, self.cfg.behaviour_is_cap)))
+            out.append((mini, len(rows)))
+        return out
 
     @torch.no_grad()
     def _old_logprobs(self, mini: Batch, temperature: float) -> torch.Tensor:
@@ -193,18 +213,19 @@ class GSPOLearner:
         return token_logprobs(self.model, micro.input_ids.to(self.device),
                               micro.attention_mask.to(self.device), temperature)
 
-    def _optimizer_step(self, mini: Batch, temperature: float) -> _MiniResult:
-        """Accumulate the mini-batch gradient over micro-batches; clip; step unless non-finite."""
+    def _optimizer_step(self, mini: Batch | None, size: int, temperature: float) -> _MiniResult:
+        """Accumulate the mini-batch gradient over micro-batches (normaliser `size`: the whole
+        mini-batch); sum it over the data-parallel group; clip; step unless non-finite."""
         cfg = self.cfg
         self.optimizer.zero_grad(set_to_none=True)
         loss, outputs, lengths, tokens = 0.0, [], [], 0
-        for micro in mini.split(cfg.micro_batch_size):
+        for micro in mini.split(cfg.micro_batch_size) if mini is not None else []:
             logprobs = self._logprobs(micro, temperature)
             dev = self.device
             out = self.loss_fn(
                 logprobs, micro.old_logprobs.to(dev), micro.advantages.to(dev),
                 micro.loss_mask.to(dev),
-                cfg.clip_low, cfg.clip_high, mini.size,  # global normaliser: the mini-batch
+                cfg.clip_low, cfg.clip_high, size,  # global normaliser: the whole mini-batch
             )
             out.loss.backward()
             loss += out.loss.item()
@@ -212,6 +233,10 @@ class GSPOLearner:
                                            out.clipped_low.cpu(), out.clipped_high.cpu()))
             lengths.append(micro.loss_mask.sum(dim=-1))
             tokens += micro.num_tokens
+        if self.world > 1:
+            distributed.all_reduce_grads(self.model.parameters())
+            loss, tokens = distributed.all_reduce_sum([loss, float(tokens)], self.device)
+            tokens = int(tokens)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip).item()
         applied = math.isfinite(loss) and math.isfinite(norm)
         if applied:
@@ -219,6 +244,33 @@ class GSPOLearner:
         # Skipped: gradients (possibly NaN) are dropped before AdamW ever sees them.
         self.optimizer.zero_grad(set_to_none=True)
         return _MiniResult(loss, norm, applied, outputs, tokens, lengths)
+
+    def _gathered(self, outputs: list[gspo.LossOutput], lengths: list[torch.Tensor]
+                  ) -> tuple[list[gspo.LossOutput], list[torch.Tensor]]:
+        """Every rank's per-sequence diagnostics (ratio, clip flags, response length), as one
+        LossOutput and one length tensor covering the whole batch."""
+        if outputs:
+            mine = torch.stack([
+                torch.cat([o.ratio.reshape(-1) for o in outputs]).double(),
+                torch.cat([o.clipped_low.reshape(-1) for o in outputs]).double(),
+                torch.cat([o.clipped_high.reshape(-1) for o in outputs]).double(),
+                torch.cat([n.reshape(-1) for n in lengths]).double(),
+            ], dim=1)  # [n, 4]
+        else:  # this rank had no rows in any mini-batch
+            mine = torch.zeros(0, 4, dtype=torch.float64)
+        rows = distributed.gather_rows(mine.to(self.device), self.world).cpu()  # [B, 4]
+        merged = gspo.LossOutput(torch.zeros(()), rows[:, 0], rows[:, 1], rows[:, 2])
+        return [merged], [rows[:, 3]]
+
+    def _sampler_gap(self, minis: list[Batch]) -> float:
+        """Mean |sampler_logprobs - old_logprobs| over loss-mask tokens of the whole batch
+        (0.0 if there are none)."""
+        total = float(sum(((m.sampler_logprobs - m.old_logprobs).abs() * m.loss_mask).sum()
+                          for m in minis))
+        count = float(sum(m.loss_mask.sum() for m in minis))
+        if self.world > 1:
+            total, count = distributed.all_reduce_sum([total, count], self.device)
+        return total / count if count > 0 else 0.0
 
     def export_weights(self) -> dict[str, np.ndarray]:
         """The weights for rollout engines: HF state_dict names -> contiguous float32 numpy
@@ -291,10 +343,3 @@ def _to_cpu(value):
 
 def _mean(values: list[float]) -> float:
     return float(np.mean(values)) if values else math.nan
-
-
-def _sampler_gap(minis: list[Batch]) -> float:
-    """Mean |sampler_logprobs - old_logprobs| over loss-mask tokens (0.0 if there are none)."""
-    total = sum(((m.sampler_logprobs - m.old_logprobs).abs() * m.loss_mask).sum() for m in minis)
-    count = sum(m.loss_mask.sum() for m in minis)
-    return float(total / count) if count > 0 else 0.0

@@ -116,3 +116,74 @@ def test_ray_job_submit_runs_training(head_node, warm_model_dir, tmp_path):
     assert "succeeded" in logs, logs[-4000:]
     assert "done: 3 steps" in logs, logs[-4000:]
     assert (out_dir / "ci" / "metrics.jsonl").read_text().count("\n") == 3
+
+
+@pytest.fixture
+def two_nodes():
+    """A head node offering `learner_node` and a second node on this machine offering
+    `rollout_node`, one CPU each."""
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "RAY_AUTH_MODE": "token"}
+    env.pop("RAY_ADDRESS", None)
+    # An embedded cluster started earlier in this process turned multi-node clusters off
+    # for its children (actors/cluster.py keeps it on loopback); these nodes are separate.
+    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+    port = "6393"
+    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    common = ("--node-ip-address", "127.0.0.1", "--disable-usage-stats", "--num-cpus", "1")
+    try:
+        head = _run(str(BIN / "ray"), "start", "--head", "--port", port, "--temp-dir", temp_dir,
+                    "--dashboard-host", "127.0.0.1", "--dashboard-port", "8267",
+                    "--resources", '{"learner_node": 1}', *common, env=env)
+        assert head.returncode == 0, head.stdout + head.stderr
+        worker = _run(str(BIN / "ray"), "start", "--address", f"127.0.0.1:{port}",
+                      "--resources", '{"rollout_node": 1}', *common, env=env)
+        assert worker.returncode == 0, worker.stdout + worker.stderr
+        yield env
+    finally:
+        _stop_cluster(temp_dir, port)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _ray_list(env, *what) -> list[dict]:
+    import json
+
+    out = _run(str(BIN / "ray"), "list", *what, "--format", "json", "--limit", "1000",
+               "--address", "127.0.0.1:6393", env=env, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return json.loads(out.stdout)
+
+
+def test_two_node_config_places_actors_on_their_nodes(two_nodes, warm_model_dir, tmp_path):
+    """`ray job submit -- arl train configs/two_node_cpu.yaml`: 5 steps, the rollout worker
+    on the node offering `rollout_node`, the learner on the one offering `learner_node`
+    (Ray's state API)."""
+    out_dir = tmp_path / "runs"
+    deadline = time.monotonic() + 180
+    while True:
+        submitted = _run(
+            str(BIN / "ray"), "job", "submit", "--address", "http://127.0.0.1:8267",
+            "--working-dir", ".", "--",
+            "arl", "train", "configs/two_node_cpu.yaml", f"model.path={warm_model_dir}",
+            f"output_dir={out_dir}",
+            env=two_nodes, timeout=600,
+        )
+        logs = submitted.stdout + submitted.stderr
+        if "No available agent to submit job" not in logs or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    assert submitted.returncode == 0, logs[-4000:]
+    assert "done: 5 steps" in logs, logs[-4000:]
+    assert (out_dir / "two_node_cpu" / "metrics.jsonl").read_text().count("\n") == 5
+    nodes = _ray_list(two_nodes, "nodes", "--detail")
+    node_of = {}
+    for node in nodes:
+        for name in ("learner_node", "rollout_node"):
+            if name in (node.get("resources_total") or {}):
+                node_of[name] = node["node_id"]
+    assert set(node_of) == {"learner_node", "rollout_node"}
+    assert node_of["learner_node"] != node_of["rollout_node"]
+    actors = _ray_list(two_nodes, "actors", "--detail")
+    placed = {a["class_name"]: a["node_id"] for a in actors
+              if a["class_name"] in ("RolloutWorker", "LearnerWorker")}
+    assert placed == {"RolloutWorker": node_of["rollout_node"],
+                      "LearnerWorker": node_of["learner_node"]}, actors
