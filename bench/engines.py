@@ -13,30 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import torch
+from engine_throughput import tokens_per_s  # bench/ is on sys.path when run as a script
 
 from actors.engines.hf import HFEngine
 from actors.engines.vllm import VLLMEngine
 from arl.config import EnvConfig
 from arl.episode import ChatRenderer
-from arl.types import SamplingParams
 from envs import make_env
 
-NEW_TOKENS = 32
 BATCHES = (8, 32, 64)
-
-
-def tokens_per_s(engine, prompts: list[list[int]], repeats: int = 3) -> float:
-    engine.generate(prompts, SamplingParams(1.0, 1.0, NEW_TOKENS, seed=99))  # warm-up
-    best = 0.0
-    for r in range(repeats):
-        start = time.perf_counter()
-        out = engine.generate(prompts, SamplingParams(1.0, 1.0, NEW_TOKENS, seed=r))
-        elapsed = time.perf_counter() - start
-        best = max(best, sum(len(g.token_ids) for g in out) / elapsed)
-    return best
 
 
 def main() -> None:

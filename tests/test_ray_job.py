@@ -96,23 +96,28 @@ def _alive(pids: set[int]) -> set[int]:
     return {pid for pid in pids if pid in table and table[pid][1] != "Z"}
 
 
-def test_ray_job_submit_runs_training(head_node, warm_model_dir, tmp_path):
-    assert shutil.which("ray", path=head_node["PATH"])
-    out_dir = tmp_path / "runs"
+def _submit(env: dict, dashboard_port: int, *train_args: str) -> str:
+    """`ray job submit --working-dir . -- arl train ARGS`; the job's logs, after asserting
+    that the submission succeeded. A fresh head node's job agent can take a while to come up
+    on a busy machine: "No available agent" is retried for up to 3 minutes."""
     deadline = time.monotonic() + 180
-    while True:  # a fresh head node's job agent can take a while to come up on a busy machine
+    while True:
         submitted = _run(
-            str(BIN / "ray"), "job", "submit", "--address", "http://127.0.0.1:8265",
-            "--working-dir", ".", "--",
-            "arl", "train", "configs/ci.yaml", f"model.path={warm_model_dir}",
-            f"output_dir={out_dir}",
-            env=head_node, timeout=600,
-        )
+            str(BIN / "ray"), "job", "submit", "--address", f"http://127.0.0.1:{dashboard_port}",
+            "--working-dir", ".", "--", "arl", "train", *train_args, env=env, timeout=600)
         logs = submitted.stdout + submitted.stderr
         if "No available agent to submit job" not in logs or time.monotonic() > deadline:
             break
         time.sleep(3)
     assert submitted.returncode == 0, logs[-4000:]
+    return logs
+
+
+def test_ray_job_submit_runs_training(head_node, warm_model_dir, tmp_path):
+    assert shutil.which("ray", path=head_node["PATH"])
+    out_dir = tmp_path / "runs"
+    logs = _submit(head_node, 8265, "configs/ci.yaml", f"model.path={warm_model_dir}",
+                   f"output_dir={out_dir}")
     assert "succeeded" in logs, logs[-4000:]
     assert "done: 3 steps" in logs, logs[-4000:]
     assert (out_dir / "ci" / "metrics.jsonl").read_text().count("\n") == 3
@@ -158,20 +163,8 @@ def test_two_node_config_places_actors_on_their_nodes(two_nodes, warm_model_dir,
     on the node offering `rollout_node`, the learner on the one offering `learner_node`
     (Ray's state API)."""
     out_dir = tmp_path / "runs"
-    deadline = time.monotonic() + 180
-    while True:
-        submitted = _run(
-            str(BIN / "ray"), "job", "submit", "--address", "http://127.0.0.1:8267",
-            "--working-dir", ".", "--",
-            "arl", "train", "configs/two_node_cpu.yaml", f"model.path={warm_model_dir}",
-            f"output_dir={out_dir}",
-            env=two_nodes, timeout=600,
-        )
-        logs = submitted.stdout + submitted.stderr
-        if "No available agent to submit job" not in logs or time.monotonic() > deadline:
-            break
-        time.sleep(3)
-    assert submitted.returncode == 0, logs[-4000:]
+    logs = _submit(two_nodes, 8267, "configs/two_node_cpu.yaml", f"model.path={warm_model_dir}",
+                   f"output_dir={out_dir}")
     assert "done: 5 steps" in logs, logs[-4000:]
     assert (out_dir / "two_node_cpu" / "metrics.jsonl").read_text().count("\n") == 5
     nodes = _ray_list(two_nodes, "nodes", "--detail")

@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from arl.config import ModelConfig, RolloutConfig
 from arl.protocols import RolloutEngine
+
+END_OF_TURN = "<|im_end|>"
+
+
+def default_stop_ids(tokenizer: Any) -> list[int]:
+    """The tokenizer's eos id and the chat end-of-turn token, where they exist."""
+    ids = [tokenizer.eos_token_id]
+    if END_OF_TURN in tokenizer.get_vocab():
+        ids.append(tokenizer.convert_tokens_to_ids(END_OF_TURN))
+    return [i for i in ids if i is not None]
 
 
 def make_engine(model: ModelConfig, rollout: RolloutConfig, seed: int = 0) -> RolloutEngine:

