@@ -116,7 +116,6 @@ class VLLMEngine:
     def get_tokenizer(self) -> Any:
         return self.tokenizer
 
-
     # ---- sampling ------------------------------------------------------------------------
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
