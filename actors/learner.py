@@ -9,6 +9,7 @@ import numpy as np
 
 from arl.config import LearnerConfig, ModelConfig
 from arl.types import Trajectory
+from learner import distributed
 from learner.checkpoint import load_checkpoint, save_checkpoint
 from learner.model import set_torch_threads
 from learner.step import GSPOLearner
@@ -54,24 +55,23 @@ class LearnerWorker:
 
     def rendezvous(self) -> tuple[str, int]:
         """(this node's IP, a free TCP port): where rank 0 of a learner group listens."""
-        import socket
-
         import ray
 
-        with socket.socket() as probe:
-            probe.bind(("", 0))
-            port = probe.getsockname()[1]
-        return ray.util.get_node_ip_address(), port
+        return ray.util.get_node_ip_address(), distributed.free_port()
 
     def join_group(self, rank: int, world: int, address: str, port: int) -> None:
         """Become rank `rank` of `world` data-parallel learners (learner/distributed.py)."""
         self.learner.join_group(rank, world, address, port)
 
     def export_weights(self) -> dict[str, np.ndarray]:
+        """The full weights on rank 0, {} on other ranks (every rank must call it)."""
         return self.learner.export_weights()
 
     def save_checkpoint(self, directory: str, step: int, extra: dict) -> None:
-        save_checkpoint(directory, self.learner.state_dict_for_checkpoint(), step, extra)
+        """Write the checkpoint from rank 0 (every rank must call it: backends may gather)."""
+        state = self.learner.state_dict_for_checkpoint()
+        if state is not None:
+            save_checkpoint(directory, state, step, extra)
 
     def load_checkpoint(self, directory: str) -> dict:
         """Restore the learner from a checkpoint (verified); return the JSON the driver

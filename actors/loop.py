@@ -208,7 +208,8 @@ class Cluster:
         """Export and put the learner's weights as `version` (one export, one put), and
         queue a load on every rollout worker without waiting: each loads it when its current
         call ends. Returns the loads' references."""
-        weights = self.learner.submit_one(0, "export_weights", ())  # ranks hold equal weights
+        # Every rank joins (ZeRO-3 gathers); rank 0's copy is the one that travels.
+        weights = self.learner.submit("export_weights", [()] * len(self.learner))[0]
         self._weights, self._version = weights, version  # also for a rebuilt rollout worker
         return self.rollout.submit("update_weights", [(weights, version)] * len(self.rollout))
 
@@ -235,7 +236,8 @@ class Cluster:
     def save_checkpoint(self, directory: str, step: int, extra: dict[str, Any]) -> None:
         """Checkpoint the learner after `step` steps, with the run config and `extra` (JSON)."""
         extra = {"config": to_dict(self.cfg), **extra}
-        self.learner.get(self.learner.submit_one(0, "save_checkpoint", (directory, step, extra)))
+        self.learner.get(self.learner.submit(
+            "save_checkpoint", [(directory, step, extra)] * len(self.learner)))  # rank 0 writes
 
     def __exit__(self, *exc: object) -> None:
         for group in (self.rollout, self.learner):

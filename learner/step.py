@@ -36,7 +36,6 @@ arrays and the engine rounds them to its own dtype.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 from collections.abc import Sequence
@@ -49,11 +48,12 @@ from arl import gspo
 from arl.config import LearnerConfig
 from arl.types import Histogram, Trajectory
 from learner import distributed
+from learner.backend import make_backend
 from learner.checkpoint import LearnerState
 from learner.collate import Batch, collate
-from learner.lora import apply_lora, is_lora, merged_state_dict
+from learner.lora import apply_lora
 from learner.model import load_model, set_torch_threads, token_logprobs
-from learner.optim import build_optimizer, lr_factor, set_lr
+from learner.optim import lr_factor
 
 ENGINE_DTYPES = ("bfloat16", "float32")
 
@@ -107,18 +107,17 @@ class GSPOLearner:
             raise ValueError(f"tokenizer at {model_path!r} has no pad token")
         self.pad_id = int(tokenizer.pad_token_id)
         self.loss_fn = gspo.LOSSES[cfg.loss]
-        self.optimizer = build_optimizer(
-            [p for p in self.model.parameters() if p.requires_grad], cfg)
+        self.backend = make_backend(self.model, cfg, self.device)  # optimizer, reductions
         self.version = 0  # learner steps done
         self.rank, self.world = 0, 1  # data-parallel rank and group size (join_group)
+        self._filler: Batch | None = None  # one row of the current batch (_fill)
         self.skipped_steps = 0  # skipped optimizer steps, whole run
         self.skipped_in_row = 0  # skipped optimizer steps since the last applied one
 
     def join_group(self, rank: int, world: int, address: str, port: int) -> None:
         """Become rank `rank` of `world` data-parallel learners (learner/distributed.py):
         from now on each step trains on this rank's slice and sums gradients over the group."""
-        backend = "nccl" if self.device.type == "cuda" else "gloo"
-        distributed.init_group(rank, world, address, port, backend)
+        self.backend.join_group(rank, world, address, port)
         self.rank, self.world = rank, world
 
     @property
@@ -147,8 +146,10 @@ class GSPOLearner:
                     "learner/skipped_steps": 0.0,
                     "learner/skipped_in_row": float(self.skipped_in_row),
                     "perf/train_tokens": 0.0}
-        set_lr(self.optimizer, lr)
-        minis = self._mini_batches(collate(trajectories, advantages, self.pad_id), temperature)
+        self.backend.set_lr(lr)
+        batch = collate(trajectories, advantages, self.pad_id)
+        self._filler = batch.select(np.array([0]))  # see _passes
+        minis = self._mini_batches(batch, temperature)
         results = [self._optimizer_step(mini, size, temperature) for mini, size in minis]
         outputs = [o for r in results for o in r.outputs]
         lengths = [n for r in results for n in r.lengths]
@@ -186,8 +187,9 @@ class GSPOLearner:
         for rows in np.array_split(order, count):
             mine = np.array_split(rows, self.world)[self.rank]
             mini = batch.select(mine) if len(mine) else None
+            old = self._old_logprobs(mini, temperature, self._passes(len(rows)))
             if mini is not None:
-                mini = mini.with_old_logprobs(self._old_logprobs(mini, temperature))
+                mini = mini.with_old_logprobs(old)
             if mini is not None and self.cfg.behaviour_is_cap > 0:  # off-policy correction
                 mini = dataclasses.replace(mini, advantages=mini.advantages * (
                     gspo.behaviour_weights(mini.old_logprobs, mini.sampler_logprobs,
@@ -195,31 +197,53 @@ class GSPOLearner:
             out.append((mini, len(rows)))
         return out
 
+    def _passes(self, rows: int) -> int:
+        """How many forward (and backward) passes every rank makes on a mini-batch of `rows`
+        sequences when the backend runs collectives inside them (`uniform_passes`): the
+        largest rank share's micro-batch count. 0 otherwise: each rank makes its own count."""
+        if not self.backend.uniform_passes:
+            return 0
+        largest = -(-rows // self.world)  # np.array_split gives the first ranks the extra row
+        return -(-largest // self.cfg.micro_batch_size)
+
+    def _fill(self, passes: int, temperature: float, backward: bool) -> None:
+        """`passes` passes that change nothing, so that this rank makes as many as the others:
+        a forward over one row and, with `backward`, a zero loss through every parameter."""
+        for _ in range(passes):
+            logprobs = self._logprobs(self._filler, temperature)
+            if backward:
+                self.backend.backward(logprobs.sum() * 0.0)
+
     @torch.no_grad()
-    def _old_logprobs(self, mini: Batch, temperature: float) -> torch.Tensor:
-        """[b, t] logprobs of a mini-batch, computed micro-batch by micro-batch exactly as
-        `_optimizer_step` will (same rows, same trimmed shapes), so they match bit for bit."""
-        out = torch.zeros(mini.input_ids.shape, dtype=torch.float32)
+    def _old_logprobs(self, mini: Batch | None, temperature: float,
+                      passes: int) -> torch.Tensor | None:
+        """[b, t] logprobs of a mini-batch (None for a rank without rows, which only makes
+        its `passes`), computed micro-batch by micro-batch exactly as `_optimizer_step` will
+        (same rows, same trimmed shapes), so they match bit for bit."""
+        micros = mini.split(self.cfg.micro_batch_size) if mini is not None else []
+        out = torch.zeros(mini.input_ids.shape, dtype=torch.float32) if micros else None
         start = 0
-        for micro in mini.split(self.cfg.micro_batch_size):
+        for micro in micros:
             logprobs = self._logprobs(micro, temperature)
             out[start : start + micro.size, : logprobs.shape[1]] = logprobs.cpu()
             start += micro.size
+        self._fill(max(0, passes - len(micros)), temperature, backward=False)
         return out
 
     def _logprobs(self, micro: Batch, temperature: float) -> torch.Tensor:
         """[b, t] float32 logprobs of a micro-batch's ids under the current weights, on the
         learner's device (batches stay on the CPU until here)."""
-        return token_logprobs(self.model, micro.input_ids.to(self.device),
+        return token_logprobs(self.backend.module, micro.input_ids.to(self.device),
                               micro.attention_mask.to(self.device), temperature)
 
     def _optimizer_step(self, mini: Batch | None, size: int, temperature: float) -> _MiniResult:
         """Accumulate the mini-batch gradient over micro-batches (normaliser `size`: the whole
-        mini-batch); sum it over the data-parallel group; clip; step unless non-finite."""
+        mini-batch); the backend sums it over the data-parallel group, clips, and steps
+        unless non-finite."""
         cfg = self.cfg
-        self.optimizer.zero_grad(set_to_none=True)
         loss, outputs, lengths, tokens = 0.0, [], [], 0
-        for micro in mini.split(cfg.micro_batch_size) if mini is not None else []:
+        micros = mini.split(cfg.micro_batch_size) if mini is not None else []
+        for micro in micros:
             logprobs = self._logprobs(micro, temperature)
             dev = self.device
             out = self.loss_fn(
@@ -227,22 +251,17 @@ class GSPOLearner:
                 micro.loss_mask.to(dev),
                 cfg.clip_low, cfg.clip_high, size,  # global normaliser: the whole mini-batch
             )
-            out.loss.backward()
+            self.backend.backward(out.loss)
             loss += out.loss.item()
             outputs.append(gspo.LossOutput(out.loss.detach().cpu(), out.ratio.cpu(),
                                            out.clipped_low.cpu(), out.clipped_high.cpu()))
             lengths.append(micro.loss_mask.sum(dim=-1))
             tokens += micro.num_tokens
+        self._fill(max(0, self._passes(size) - len(micros)), temperature, backward=True)
         if self.world > 1:
-            distributed.all_reduce_grads(self.model.parameters())
             loss, tokens = distributed.all_reduce_sum([loss, float(tokens)], self.device)
             tokens = int(tokens)
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip).item()
-        applied = math.isfinite(loss) and math.isfinite(norm)
-        if applied:
-            self.optimizer.step()
-        # Skipped: gradients (possibly NaN) are dropped before AdamW ever sees them.
-        self.optimizer.zero_grad(set_to_none=True)
+        norm, applied = self.backend.step(math.isfinite(loss))
         return _MiniResult(loss, norm, applied, outputs, tokens, lengths)
 
     def _gathered(self, outputs: list[gspo.LossOutput], lengths: list[torch.Tensor]
@@ -275,10 +294,14 @@ class GSPOLearner:
     def export_weights(self) -> dict[str, np.ndarray]:
         """The weights for rollout engines: HF state_dict names -> contiguous float32 numpy
         copies (numpy has no bf16; the engine casts to its dtype). Tied weights appear under
-        each of their names, sharing one array. Later steps never change the returned arrays."""
+        each of their names, sharing one array. Later steps never change the returned arrays.
+        In a group every rank must call this (backends may gather); ranks other than 0
+        return {}."""
+        state = self.backend.full_state_dict()
+        if state is None:
+            return {}
         arrays: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
         out = {}
-        state = merged_state_dict(self.model) if is_lora(self.model) else self.model.state_dict()
         for name, tensor in state.items():
             key = (tensor.data_ptr(), tuple(tensor.shape))
             if key not in arrays:
@@ -287,16 +310,20 @@ class GSPOLearner:
             out[name] = arrays[key]
         return out
 
-    def state_dict_for_checkpoint(self) -> LearnerState:
-        """A snapshot (copies) of parameters, AdamW state, version and skip count."""
-        params = {n: p.detach().cpu().clone() for n, p in self.model.named_parameters()}
-        optimizer = _to_cpu(copy.deepcopy(self.optimizer.state_dict()))
+    def state_dict_for_checkpoint(self) -> LearnerState | None:
+        """A snapshot (copies) of parameters, AdamW state, version and skip count. In a group
+        every rank must call this; ranks other than 0 return None."""
+        state = self.backend.checkpoint_state()
+        if state is None:
+            return None
+        params, optimizer = state
         return LearnerState(params, optimizer, self.version, self.skipped_steps,
                             self.skipped_in_row)
 
     def load_checkpoint_state(self, state: LearnerState) -> None:
         """Restore a `state_dict_for_checkpoint` snapshot into this learner (same model
-        architecture). Raises ValueError if parameter names differ."""
+        architecture, any backend or group size). Raises ValueError if parameter names
+        differ."""
         params = dict(self.model.named_parameters())
         if set(params) != set(state.model):
             missing, unexpected = set(params) - set(state.model), set(state.model) - set(params)
@@ -304,10 +331,7 @@ class GSPOLearner:
                 f"checkpoint does not fit the model: missing {sorted(missing)}, "
                 f"unexpected {sorted(unexpected)}"
             )
-        with torch.no_grad():
-            for name, param in params.items():
-                param.copy_(state.model[name])
-        self.optimizer.load_state_dict(state.optimizer)
+        self.backend.load_state(state.model, state.optimizer)
         self.version = state.version
         self.skipped_steps = state.skipped_steps
         self.skipped_in_row = state.skipped_in_row
@@ -327,18 +351,6 @@ def _require_no_dropout(model: torch.nn.Module) -> None:
     )
     if rates:
         raise ValueError(f"the learner needs a model without dropout, found {rates}")
-
-
-def _to_cpu(value):
-    """The same nested structure with every tensor on the CPU (checkpoints are written there;
-    `load_state_dict` moves AdamW state back to the parameters' device)."""
-    if isinstance(value, torch.Tensor):
-        return value.cpu()
-    if isinstance(value, dict):
-        return {k: _to_cpu(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_to_cpu(v) for v in value]
-    return value
 
 
 def _mean(values: list[float]) -> float:

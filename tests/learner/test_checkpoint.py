@@ -86,7 +86,8 @@ def test_round_trip_resumes_exactly(model_dir, trained):
     fresh.load_checkpoint_state(checkpoint.state)
     assert fresh.version == learner.version == 2 and fresh.lr == learner.lr
     _assert_weights_equal(learner, fresh)
-    _assert_optimizer_equal(learner.optimizer.state_dict(), fresh.optimizer.state_dict())
+    _assert_optimizer_equal(learner.backend.optimizer.state_dict(),
+                            fresh.backend.optimizer.state_dict())
     batch = _batch(3)
     assert fresh.step(*batch) == learner.step(*batch)
     _assert_weights_equal(learner, fresh)

@@ -43,7 +43,7 @@ def test_only_adapters_train_and_the_optimizer_shrinks(tiny_model_dir):
     learner.step(_trajectories(8, 0), np.linspace(-1, 1, 8).astype(np.float32))
     changed = {n for n, p in learner.model.named_parameters() if not torch.equal(p, before[n])}
     assert changed and changed <= trainable  # base weights bitwise unchanged
-    state = learner.optimizer.state_dict()["state"]
+    state = learner.backend.optimizer.state_dict()["state"]
     adapter_numel = sum(p.numel() for p in learner.model.parameters() if p.requires_grad)
     total_numel = sum(p.numel() for p in learner.model.parameters())
     moments = sum(s["exp_avg"].numel() + s["exp_avg_sq"].numel() for s in state.values())

@@ -61,13 +61,13 @@ def _seq_logprob(learner, traj):
 
 def _record_grads(learner):
     """Wrap optimizer.step to keep a copy of the gradients each optimizer step applies."""
-    seen, real_step = [], learner.optimizer.step
+    seen, real_step = [], learner.backend.optimizer.step
 
     def step(*args, **kwargs):
         seen.append({n: p.grad.clone() for n, p in learner.model.named_parameters()})
         return real_step(*args, **kwargs)
 
-    learner.optimizer.step = step
+    learner.backend.optimizer.step = step
     return seen
 
 
@@ -142,7 +142,7 @@ def test_nan_advantage_skips_the_step_and_leaves_weights(model_dir):
     metrics = learner.step(_trajectories(8, seed=6), adv)
     assert metrics["learner/skipped_steps"] == 1.0 and learner.skipped_steps == 1
     assert math.isnan(metrics["learner/loss"])  # no applied optimizer step to average
-    assert learner.optimizer.state_dict()["state"] == {}  # AdamW never saw the NaN
+    assert learner.backend.optimizer.state_dict()["state"] == {}  # AdamW never saw the NaN
     for name, value in _weights(learner).items():
         assert torch.equal(value, before[name])
     assert learner.version == 1  # the batch was consumed all the same
@@ -164,7 +164,7 @@ def test_hooked_non_finite_loss_skips_only_that_optimizer_step(model_dir):
     metrics = learner.step(_trajectories(8, seed=7), _advantages(8, seed=7))
     assert len(calls) == 2 and metrics["learner/skipped_steps"] == 1.0
     assert math.isfinite(metrics["learner/loss"])
-    steps = {float(s["step"]) for s in learner.optimizer.state_dict()["state"].values()}
+    steps = {float(s["step"]) for s in learner.backend.optimizer.state_dict()["state"].values()}
     assert steps == {1.0}  # one AdamW step applied, not two
 
 
