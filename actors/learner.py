@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from actors.transport import Layout, SyncGroup, layout_of
 from arl.config import LearnerConfig, ModelConfig
 from arl.types import Trajectory
 from learner import distributed
@@ -33,6 +34,7 @@ class LearnerWorker:
         self.temperature = temperature
         self.consumed: set[int] = set()  # episode ids trained on: the consumer-side ledger
         self.learner = GSPOLearner(model.path, cfg, model.dtype, total_steps, seed)
+        self.sync: SyncGroup | None = None  # rank 0's end of a collective weight sync
 
     def step(self, advantages: np.ndarray, keep: np.ndarray,
              *shards: Sequence[Trajectory]) -> dict[str, Any]:
@@ -66,6 +68,27 @@ class LearnerWorker:
     def export_weights(self) -> dict[str, np.ndarray]:
         """The full weights on rank 0, {} on other ranks (every rank must call it)."""
         return self.learner.export_weights()
+
+    def weight_layout(self, dtype: str) -> Layout | None:
+        """What a collective weight sync broadcasts, on rank 0 (every rank must call it)."""
+        state = self.learner.backend.full_state_dict()
+        return None if state is None else layout_of(state.items(), dtype)
+
+    def join_sync(self, address: str, port: int, world: int, backend: str, layout: Layout,
+                  bucket_bytes: int, timeout_s: float) -> None:
+        """Rank 0 only: become rank 0 of a (new) weight-sync group of `world` members,
+        hosting its rendezvous on address:port (actors/transport.py)."""
+        if self.sync is not None:
+            self.sync.close()
+        self.sync = SyncGroup(address, port, 0, world, backend, timeout_s)
+        self.layout, self.bucket_bytes = layout, bucket_bytes
+
+    def broadcast_weights(self) -> None:
+        """Send the current weights to the weight-sync group (every rank must call it:
+        backends may gather; rank 0 sends)."""
+        state = self.learner.backend.full_state_dict()
+        if state is not None:
+            self.sync.send(state, self.layout, self.bucket_bytes)
 
     def save_checkpoint(self, directory: str, step: int, extra: dict) -> None:
         """Write the checkpoint from rank 0 (every rank must call it: backends may gather)."""

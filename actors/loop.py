@@ -104,6 +104,12 @@ class Cluster:
                 "join_group", [(rank, world, address, port) for rank in range(world)]))
         self.actor_restarts = 0  # rollout workers rebuilt (new processes), whole run
         self._pids: list[int | None] = [None] * cfg.rollout.num_workers
+        self._weights = None  # the current version in the object store, once exported
+        self._version = 0
+        self._collective = cfg.weight_sync.transport != "object_store"
+        self._sync_formed = False  # the weight-sync group exists and has every member
+        if self._collective and not self.use_ray:
+            raise ValueError("weight_sync.transport nccl | gloo needs Ray (use_ray=True)")
 
     @staticmethod
     def _require_resources(cfg: Config) -> None:
@@ -170,7 +176,8 @@ class Cluster:
         log.warning("rollout worker %d %s; it gets version %d again", w, why, self._version)
         deadline = time.monotonic() + REBUILD_WAIT_S
         while True:
-            load = self.rollout.submit_one(w, "update_weights", (self._weights, self._version))
+            self._sync_formed = False  # a rebuilt worker is in no group
+            load = self.rollout.submit_one(w, "update_weights", (self._exported(), self._version))
             try:
                 self._note_pid(w, self.rollout.get(load))
                 return
@@ -205,16 +212,46 @@ class Cluster:
         return self.learner.submit("step", [args] * len(self.learner))[0]
 
     def publish_weights(self, version: int) -> list[Any]:
-        """Export and put the learner's weights as `version` (one export, one put), and
-        queue a load on every rollout worker without waiting: each loads it when its current
-        call ends. Returns the loads' references."""
-        # Every rank joins (ZeRO-3 gathers); rank 0's copy is the one that travels.
-        weights = self.learner.submit("export_weights", [()] * len(self.learner))[0]
-        self._weights, self._version = weights, version  # also for a rebuilt rollout worker
+        """Send the learner's weights as `version` and queue a load on every rollout worker
+        without waiting: each loads them when its current call ends. Returns the loads'
+        references. object_store: one export, one put, every worker maps it. nccl | gloo:
+        one broadcast call on the learner and one receive call per worker."""
+        self._version, self._weights, self._sends = version, None, []
+        if self._collective:
+            if not self._sync_formed:
+                self._form_sync_group()
+            self._sends = self.learner.submit("broadcast_weights", [()] * len(self.learner))
+            return self.rollout.submit("receive_weights", [(version,)] * len(self.rollout))
+        weights = self._exported()
         return self.rollout.submit("update_weights", [(weights, version)] * len(self.rollout))
 
+    def _exported(self) -> Any:
+        """The current weights in the object store (exported once per version): what the
+        object_store transport sends, and what a rebuilt worker gets under any transport."""
+        if self._weights is None:
+            # Every rank joins (ZeRO-3 gathers); rank 0's copy is the one that travels.
+            self._weights = self.learner.submit("export_weights", [()] * len(self.learner))[0]
+        return self._weights
+
+    def _form_sync_group(self) -> None:
+        """Form a new weight-sync group of learner rank 0 and every rollout worker."""
+        cfg, learner = self.cfg, self.learner
+        layout = learner.get(learner.submit("weight_layout",
+                                            [(cfg.model.dtype,)] * len(learner)))[0]
+        address, port = learner.get(learner.submit_one(0, "rendezvous", ()))
+        world = 1 + len(self.rollout)
+        common = (cfg.weight_sync.transport, layout, int(cfg.weight_sync.bucket_mib * 2**20),
+                  cfg.rollout.timeout_s or 600.0)
+        joins = [learner.submit_one(0, "join_sync", (address, port, world, *common))]
+        joins += self.rollout.submit("join_sync", [(address, port, w + 1, world, *common)
+                                                   for w in range(len(self.rollout))])
+        learner.get(joins)
+        self._sync_formed = True
+
     def push_weights(self, version: int) -> None:
-        """`publish_weights`, then wait until every rollout worker has loaded them."""
+        """`publish_weights`, then wait until every rollout worker has loaded them. A worker
+        that failed meanwhile is rebuilt and given the weights through the object store; a
+        collective group that lost a member is formed anew at the next sync."""
         loads = self.publish_weights(version)
         timeout = self.cfg.rollout.timeout_s or None
         for w, load in enumerate(loads):
@@ -225,6 +262,11 @@ class Cluster:
                 self._rebuilt(w, f"took over {timeout}s to load weights and was replaced")
             except ray.exceptions.RayActorError:
                 self._rebuilt(w, "died during a weight update")
+        try:
+            self.learner.get(self._sends)
+        except ray.exceptions.RayError as err:  # a receiver vanished mid-broadcast
+            log.warning("weight broadcast failed (%s); the group is formed anew", err)
+            self._sync_formed = False
 
     def load_checkpoint(self, directory: str) -> dict[str, Any]:
         """Restore the learner from `directory`; return the `extra` JSON that

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from actors.engines import make_engine
+from actors.transport import Layout, SyncGroup
 from arl.config import EnvConfig, ModelConfig, RolloutConfig
 from arl.episode import ChatRenderer, run_episodes
 from arl.types import EpisodeSummary, SamplingParams, Trajectory
@@ -43,6 +44,7 @@ class RolloutWorker:
         self.engine = make_engine(model, rollout)
         tokenizer = self.engine.get_tokenizer()
         self.renderer = ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
+        self.sync: SyncGroup | None = None  # this worker's end of a collective weight sync
 
     def collect(
         self, env_seeds: Sequence[int], group_ids: Sequence[int], seed: int,
@@ -85,9 +87,24 @@ class RolloutWorker:
         self.engine.update_weights(weights, version)
         return os.getpid()
 
+    def join_sync(self, address: str, port: int, rank: int, world: int, backend: str,
+                  layout: Layout, bucket_bytes: int, timeout_s: float) -> None:
+        """Become rank `rank` of a (new) weight-sync group (actors/transport.py)."""
+        if self.sync is not None:
+            self.sync.close()
+        self.sync = SyncGroup(address, port, rank, world, backend, timeout_s)
+        self.layout, self.bucket_bytes = layout, bucket_bytes
+
+    def receive_weights(self, version: int) -> int:
+        """Receive one broadcast from learner rank 0 and load it as `version`; return the
+        pid like `update_weights`."""
+        return self.update_weights(self.sync.receive(self.layout, self.bucket_bytes), version)
+
     @property
     def version(self) -> int:
         return self.engine.version
 
     def close(self) -> None:
+        if self.sync is not None:
+            self.sync.close()
         self.engine.close()

@@ -115,6 +115,14 @@ class LearnerConfig:
 
 
 @dataclass
+class WeightSyncConfig:
+    """How new weights reach the rollout workers (actors/transport.py)."""
+
+    transport: str = "object_store"  # object_store (one node) | nccl (GPUs) | gloo (TCP, CPUs)
+    bucket_mib: float = 256.0  # nccl | gloo: MiB per broadcast
+
+
+@dataclass
 class RayConfig:
     address: str = "auto"  # auto: join a running cluster if any, else start an embedded one
     host: str = "127.0.0.1"  # bind address of an embedded cluster
@@ -164,6 +172,7 @@ class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
+    weight_sync: WeightSyncConfig = field(default_factory=WeightSyncConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     warmstart: WarmstartConfig = field(default_factory=WarmstartConfig)
@@ -180,6 +189,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "learner.loss": ("gspo", "gspo_token", "grpo"),
     "learner.lr_schedule": ("constant", "cosine"),
     "learner.backend": ("torch", "deepspeed"),
+    "weight_sync.transport": ("object_store", "nccl", "gloo"),
     "wandb.mode": ("online", "offline", "disabled"),
     "warmstart.env": ("tictactoe_move",),
     "warmstart.architecture": ("qwen2", "bailing_hybrid"),
@@ -193,7 +203,7 @@ _POSITIVE = (
     "warmstart.vocab_size", "warmstart.hidden_size", "warmstart.num_layers",
     "warmstart.num_heads", "env.search_depth", "learner.max_nonfinite_in_row",
     "rollout.vllm.max_num_seqs", "rollout.vllm.kv_cache_gib",
-    "rollout.vllm.gpu_memory_utilization", "learner.num_workers",
+    "rollout.vllm.gpu_memory_utilization", "learner.num_workers", "weight_sync.bucket_mib",
 )
 _NON_NEGATIVE = (
     "seed", "max_staleness", "learner.warmup_steps", "rollout.timeout_s", "learner.weight_decay",
@@ -290,6 +300,13 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
                                   "gpus keys")
             if not amount > 0:
                 raise ConfigError(f"{key}.{name}", f"must be > 0, got {amount!r}")
+    if cfg.weight_sync.transport != "object_store" and cfg.mode != "sync":
+        raise ConfigError("weight_sync.transport", "a collective weight sync needs mode=sync "
+                          "(every worker joins each broadcast); use object_store with async")
+    if cfg.weight_sync.transport == "nccl" and not (cfg.learner.gpus > 0
+                                                    and cfg.rollout.gpus_per_worker > 0):
+        raise ConfigError("weight_sync.transport", "nccl moves weights between GPUs: it needs "
+                          "learner.gpus > 0 and rollout.gpus_per_worker > 0 (gloo for CPUs)")
     if cfg.learner.zero_stage not in (1, 2, 3):
         raise ConfigError("learner.zero_stage",
                           f"must be 1, 2 or 3, got {cfg.learner.zero_stage!r}")
