@@ -33,19 +33,26 @@ class ActorGroup:
         use_ray: bool = True,
         name: str = "",
         max_restarts: int = 0,
+        scheduling: Sequence[Any] | None = None,
     ):
         """max_restarts: how often Ray rebuilds a member that died (with the same constructor
-        arguments); its in-flight calls fail and are not retried (the caller decides)."""
+        arguments); its in-flight calls fail and are not retried (the caller decides).
+        scheduling: a Ray scheduling strategy per member (e.g. its placement-group bundle);
+        None: Ray's default."""
         self.use_ray = use_ray
         if use_ray:
             remote_cls = ray.remote(cls)
+            strategies = list(scheduling) if scheduling is not None else [None] * len(
+                args_per_member)
             self.members = [
                 remote_cls.options(
                     num_cpus=num_cpus, num_gpus=num_gpus, resources=dict(resources or {}),
                     name=f"{name}-{i}" if name else None,
                     max_restarts=max_restarts, max_task_retries=0,
+                    scheduling_strategy=strategy,
                 ).remote(*args)
-                for i, args in enumerate(args_per_member)
+                for i, (args, strategy) in enumerate(zip(args_per_member, strategies,
+                                                         strict=True))
             ]
         else:
             self.members = [cls(*args) for args in args_per_member]

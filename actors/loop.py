@@ -62,7 +62,7 @@ class Cluster:
         call started is shut down again before the error propagates."""
         cfg = self.cfg
         self.how = "in-process"
-        self.learner = self.rollout = None
+        self.learner = self.rollout = self._group = None
         try:
             self._start(cfg)
         except BaseException:
@@ -73,9 +73,12 @@ class Cluster:
     def _start(self, cfg: Config) -> None:
         if self.use_ray:
             self.how = ray_cluster.connect(cfg.ray)
-            self._require_resources(cfg)
+            ray_cluster.require_resources(cfg)
+            self._group, learner_at, rollout_at = ray_cluster.actor_placement(cfg)
         elif cfg.learner.num_workers > 1:
             raise ValueError("learner.num_workers > 1 needs Ray (use_ray=True)")
+        else:
+            learner_at = rollout_at = None
         self.learner = ActorGroup(
             LearnerWorker,
             [(cfg.model, cfg.learner, cfg.steps, cfg.seed, cfg.rollout.temperature,
@@ -85,6 +88,7 @@ class Cluster:
             resources=cfg.learner.resources,
             use_ray=self.use_ray,
             name=f"{cfg.run_name}-learner",
+            scheduling=learner_at,
         )
         self.rollout = ActorGroup(
             RolloutWorker,
@@ -96,6 +100,7 @@ class Cluster:
             use_ray=self.use_ray,
             name=f"{cfg.run_name}-rollout",
             max_restarts=cfg.rollout.max_restarts,
+            scheduling=rollout_at,
         )
         if len(self.learner) > 1:  # one torch.distributed group; rank 0 hosts the rendezvous
             address, port = self.learner.get(self.learner.submit_one(0, "rendezvous", ()))
@@ -110,25 +115,6 @@ class Cluster:
         self._sync_formed = False  # the weight-sync group exists and has every member
         if self._collective and not self.use_ray:
             raise ValueError("weight_sync.transport nccl | gloo needs Ray (use_ray=True)")
-
-    @staticmethod
-    def _require_resources(cfg: Config) -> None:
-        """Fail now, naming the keys, if the actors ask for more than the cluster has."""
-        m, w = cfg.learner.num_workers, cfg.rollout.num_workers
-        ray_cluster.require_resource(
-            m * cfg.learner.cpus + w * cfg.rollout.cpus_per_worker,
-            "learner.num_workers * learner.cpus + rollout.num_workers * "
-            "rollout.cpus_per_worker")
-        gpus = m * cfg.learner.gpus + w * cfg.rollout.gpus_per_worker
-        if gpus > 0:
-            ray_cluster.require_resource(gpus, "learner.num_workers * learner.gpus + "
-                                         "rollout.num_workers * rollout.gpus_per_worker", "GPU")
-        for name in set(cfg.learner.resources) | set(cfg.rollout.resources):
-            needed = (m * cfg.learner.resources.get(name, 0.0)
-                      + w * cfg.rollout.resources.get(name, 0.0))
-            ray_cluster.require_resource(needed, f"learner.num_workers * learner.resources."
-                                         f"{name} + rollout.num_workers * rollout.resources."
-                                         f"{name}", name)
 
     def collect(self, env_seeds: list[int], group_ids: list[int], seed: int,
                 transcripts: int = 0) -> RolloutBatch:
@@ -285,5 +271,6 @@ class Cluster:
         for group in (self.rollout, self.learner):
             if group is not None:
                 group.close()
+        ray_cluster.unplace(self._group)
         if self.use_ray and self.how == "embedded":
             ray_cluster.shutdown()

@@ -128,6 +128,10 @@ class RayConfig:
     host: str = "127.0.0.1"  # bind address of an embedded cluster
     dashboard: bool = False
     num_cpus: int = 0  # embedded cluster size; 0 = all cores
+    # none: Ray places each actor where its resources fit. pack | spread | strict_pack |
+    # strict_spread: one placement group, a bundle per learner rank and rollout worker.
+    placement: str = "none"
+    placement_timeout_s: float = 120.0  # how long Ray may take to place the group
 
 
 @dataclass
@@ -190,6 +194,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "learner.lr_schedule": ("constant", "cosine"),
     "learner.backend": ("torch", "deepspeed"),
     "weight_sync.transport": ("object_store", "nccl", "gloo"),
+    "ray.placement": ("none", "pack", "spread", "strict_pack", "strict_spread"),
     "wandb.mode": ("online", "offline", "disabled"),
     "warmstart.env": ("tictactoe_move",),
     "warmstart.architecture": ("qwen2", "bailing_hybrid"),
@@ -204,6 +209,7 @@ _POSITIVE = (
     "warmstart.num_heads", "env.search_depth", "learner.max_nonfinite_in_row",
     "rollout.vllm.max_num_seqs", "rollout.vllm.kv_cache_gib",
     "rollout.vllm.gpu_memory_utilization", "learner.num_workers", "weight_sync.bucket_mib",
+    "ray.placement_timeout_s",
 )
 _NON_NEGATIVE = (
     "seed", "max_staleness", "learner.warmup_steps", "rollout.timeout_s", "learner.weight_decay",

@@ -6,6 +6,8 @@ sequence an episode reaches, b micro-batch size):
             the A = rank * sum(in + out) adapter parameters, which the weights also
             gain); activations of one micro-batch b*T*L*(144h + aT); logits b*T*V*4*3
             (logits, log-softmax and their gradient); the exported weights for sync 4P.
+            With learner.backend=deepspeed and M learners, a rank holds 1/M of the AdamW
+            moments (ZeRO stage >= 1), of the gradients (>= 2) and of the weights (3).
             The activation coefficients were fitted to the peak memory of a
             forward+backward of the tiny model in fp32 with SDPA attention on CPU
             (`bench/plan_memory.py`: within 5 % at T = 133, up to 30 % over at T = 512);
@@ -103,13 +105,27 @@ def items(cfg: Config, shape: ModelShape, prompt_tokens: int,
     kv = per_worker * T * 2 * s.layers * s.kv_heads * s.head_dim * dtype
     micro = "learner.micro_batch_size"
     shares = "rollout.groups_per_step, rollout.group_size or rollout.max_new_tokens"
+    # DeepSpeed ZeRO: each learner rank holds 1/M of the moments (stage 1), the gradients
+    # too (2) and the weights too (3); these items are per rank.
+    zero = cfg.learner.zero_stage if cfg.learner.backend == "deepspeed" else 0
+    m = cfg.learner.num_workers
+
+    def rank_part(nbytes: int, stage: int, label: str) -> tuple[int, str]:
+        if zero >= stage and m > 1:
+            return nbytes // m, f"{label}, ZeRO-{zero} 1/{m}"
+        return nbytes, label
+
+    weights = rank_part(4 * (P + trained * (what == "lora")), 3, "fp32")
+    grads = rank_part(4 * trained, 2, f"fp32, {what}")
+    moments = rank_part(8 * trained, 1, f"fp32, {what}")
     return [
-        Item("learner weights (fp32)", "model", 4 * (P + trained * (what == "lora")),
+        Item(f"learner weights ({weights[1]})", "model", weights[0],
              "model.path (a smaller model)"),
-        Item(f"learner gradients (fp32, {what})", "model", 4 * trained,
+        Item(f"learner gradients ({grads[1]})", "model", grads[0],
              "learner.lora.rank (LoRA trains adapters only)"),
-        Item(f"learner AdamW moments (fp32, {what})", "model", 8 * trained,
-             "learner.lora.rank (LoRA trains adapters only)"),
+        Item(f"learner AdamW moments ({moments[1]})", "model", moments[0],
+             "learner.lora.rank (LoRA trains adapters only), or learner.backend=deepspeed "
+             "with more learner.num_workers"),
         Item("learner activations", "model", activation_bytes(shape, b, T), micro),
         Item("learner logits", "model", logits_bytes(shape, b, T), micro),
         Item("learner exported weights", "host", 4 * P, "model.path (a smaller model)"),
@@ -167,7 +183,7 @@ def report(cfg: Config, shape: ModelShape, machine: Machine, prompt_tokens: int
              f"hidden {shape.hidden}, vocab {shape.vocab}; longest sequence "
              f"{sequence_tokens(cfg, prompt_tokens)} tokens", ""]
     for item in plan_items:
-        lines.append(f"  {item.name:<36} {item.bytes / GIB:9.3f} GiB  ({pool_of(machine, item)})")
+        lines.append(f"  {item.name:<48} {item.bytes / GIB:9.3f} GiB  ({pool_of(machine, item)})")
     lines.append("")
     fits = True
     for name, (used, capacity) in planned.items():

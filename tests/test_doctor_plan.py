@@ -71,6 +71,18 @@ def test_plan_counts_the_real_parameters_and_scales_with_the_knobs(warm_model_di
     peft_model = apply_lora(model, lora.learner.lora)
     adapters = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
     assert items_lora["learner AdamW moments (fp32, lora)"] == 8 * adapters
+    # DeepSpeed: a learner rank holds 1/M of what its ZeRO stage partitions.
+    for stage, sharded in ((1, {"moments"}), (2, {"moments", "gradients"}),
+                           (3, {"moments", "gradients", "weights"})):
+        zero = by_name(load_config([CI], [
+            f"model.path={warm_model_dir}", "learner.backend=deepspeed",
+            "learner.num_workers=4", f"learner.zero_stage={stage}"]))
+        full = by_name(cfg)
+        for what, key in (("weights", "learner weights (fp32"),
+                          ("gradients", "learner gradients (fp32, full"),
+                          ("moments", "learner AdamW moments (fp32, full")):
+            got = next(v for k, v in zero.items() if k.startswith(key))
+            assert got == full[f"{key})"] // (4 if what in sharded else 1), (stage, what)
 
 
 def test_plan_pools_split_on_a_gpu_and_sum_on_unified_memory():

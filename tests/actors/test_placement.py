@@ -1,0 +1,41 @@
+"""Placement groups from config (`ray.placement`): every actor lands in its own bundle, and a
+group Ray cannot place fails fast, naming the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.loop import Cluster
+from arl.config import load_config
+
+
+def _cfg(model_dir, *overrides):
+    return load_config(["configs/ci.yaml"], [
+        f"model.path={model_dir}", "ray.address=local", "ray.num_cpus=3",
+        "rollout.num_workers=2", *overrides])
+
+
+def test_every_actor_runs_in_its_bundle(warm_model_dir):
+    import ray
+    from ray.util import placement_group_table
+
+    with Cluster(_cfg(warm_model_dir, "ray.placement=pack")) as cluster:
+        table = placement_group_table(cluster._group)
+        assert table["strategy"] == "PACK" and table["state"] == "CREATED"
+        assert list(table["bundles"].values()) == [{"CPU": 1.0}] * 3  # learner, 2 workers
+        members = cluster.learner.members + cluster.rollout.members
+        where = ray.get([m.__ray_call__.remote(
+            lambda _: ray.get_runtime_context().get_placement_group_id()) for m in members])
+        assert where == [cluster._group.id.hex()] * 3
+        cluster.push_weights(0)  # and they work there
+    assert not ray.is_initialized(), "the embedded cluster is gone, and its group with it"
+
+
+def test_an_unplaceable_group_fails_fast_naming_the_key(warm_model_dir):
+    import ray
+
+    cfg = _cfg(warm_model_dir, "ray.placement=strict_spread", "ray.placement_timeout_s=3")
+    with pytest.raises(RuntimeError, match="ray.placement=strict_spread"):
+        with Cluster(cfg):
+            pass
+    assert not ray.is_initialized()
