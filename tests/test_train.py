@@ -164,14 +164,19 @@ def test_resume_auto_continues_and_refuses_a_tampered_checkpoint(tmp_path, warm_
         train(_cfg(tmp_path / "b", warm_model_dir, "steps=4", "resume=auto"), use_ray=False)
 
 
-def test_killed_rollout_worker_is_rebuilt_and_the_run_completes(tmp_path, warm_model_dir):
+@pytest.mark.parametrize("transport", ["object_store", "gloo"])
+def test_killed_rollout_worker_is_rebuilt_and_the_run_completes(tmp_path, warm_model_dir,
+                                                                transport):
+    """With a collective weight sync, the rebuilt worker is in no group: it gets the weights
+    from the object store, and the group is formed anew for the next broadcast."""
     import signal
     import threading
     import time
 
     import ray
 
-    cfg = _cfg(tmp_path, warm_model_dir, "steps=12", "ray.address=local")
+    cfg = _cfg(tmp_path, warm_model_dir, "steps=12", "ray.address=local",
+               f"weight_sync.transport={transport}")
     metrics_path = tmp_path / "ci" / "metrics.jsonl"
     killed = []
 
