@@ -16,7 +16,7 @@ import tempfile
 
 import torch
 
-from arl.config import is_hub_id, model_file
+from arl.model_path import is_hub_id, model_file
 from learner.checkpoint import sha256_file
 
 CACHE = os.path.join(".cache", "models", "gguf")

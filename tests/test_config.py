@@ -95,7 +95,7 @@ def test_vllm_engine_without_the_extra_names_it(warm_model_dir, tmp_path):
 
 
 def test_hub_ids_pass_offline_and_fail_clearly_without_a_hub(tmp_path, monkeypatch):
-    from arl.config import is_hub_id
+    from arl.model_path import is_hub_id
     from learner.gguf import prepare_model
 
     assert is_hub_id("Qwen/Qwen2.5-0.5B-Instruct")

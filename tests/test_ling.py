@@ -11,10 +11,13 @@ import transformers
 from arl.config import EnvConfig, load_config
 from arl.train import train
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(transformers, "BailingHybridConfig"),
-    reason=f"transformers {transformers.__version__} lacks bailing_hybrid (needs >= 5.24)",
-)
+pytestmark = [
+    pytest.mark.slow,  # about a minute: the KDA layers run through transformers' torch path
+    pytest.mark.skipif(
+        not hasattr(transformers, "BailingHybridConfig"),
+        reason=f"transformers {transformers.__version__} lacks bailing_hybrid (needs >= 5.24)",
+    ),
+]
 
 
 @pytest.fixture(scope="module")

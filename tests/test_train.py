@@ -164,7 +164,8 @@ def test_resume_auto_continues_and_refuses_a_tampered_checkpoint(tmp_path, warm_
         train(_cfg(tmp_path / "b", warm_model_dir, "steps=4", "resume=auto"), use_ray=False)
 
 
-@pytest.mark.parametrize("transport", ["object_store", "gloo"])
+@pytest.mark.parametrize("transport", [
+    "object_store", pytest.param("gloo", marks=pytest.mark.slow)])
 def test_killed_rollout_worker_is_rebuilt_and_the_run_completes(tmp_path, warm_model_dir,
                                                                 transport):
     """With a collective weight sync, the rebuilt worker is in no group: it gets the weights

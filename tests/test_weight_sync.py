@@ -32,6 +32,7 @@ def test_collective_transports_are_checked_before_ray():
         load_config(["configs/ci.yaml"], ["weight_sync.transport=nccl"], check_paths=False)
 
 
+@pytest.mark.slow
 def test_gloo_broadcast_trains_exactly_like_the_object_store(tmp_path, warm_model_dir):
     """Two rollout workers, weights in buckets of 50 KiB (several per sync): the same seeds
     give the same rewards, losses and sampler/learner gaps as the object store."""
