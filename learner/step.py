@@ -1,4 +1,8 @@
-"""The GSPO learner step (arXiv 2507.18071) on one process, in plain torch.
+"""The GSPO learner step (arXiv 2507.18071): losses here, updates by a backend.
+
+The step computes every loss; its backend (learner/backend.py: plain torch, or DeepSpeed
+ZeRO 1-3) sums gradients over the data-parallel group, clips and applies them. With M ranks,
+each trains on its slice of every mini-batch (learner/distributed.py).
 
 One learner step = one rollout batch:
   1. collate the trajectories (exact sampled ids, right padding);
@@ -8,8 +12,9 @@ One learner step = one rollout batch:
   3. per mini-batch: micro-batches of `micro_batch_size` accumulate gradients of a loss whose
      normaliser is the mini-batch size (so the sum equals the whole mini-batch's gradient),
      clip the grad norm, take one AdamW step. Later mini-batches are therefore off-policy and
-     the clip matters. A non-finite loss or grad norm skips that optimizer step, leaving
-     parameters and optimizer state untouched, and is counted;
+     the clip matters. A non-finite loss or grad norm (DeepSpeed: a non-finite gradient)
+     skips that optimizer step, leaving parameters and optimizer state untouched, and is
+     counted;
   4. version += 1. The LR schedule counts learner steps, not optimizer steps (learner/optim.py).
 
 old_logprobs are always recomputed here, by the learner, at the start of the step: in sync
