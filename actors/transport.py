@@ -78,7 +78,9 @@ class SyncGroup:
         timeout = datetime.timedelta(seconds=timeout_s)
         store = dist.TCPStore(address, port, world, is_master=rank == 0, timeout=timeout)
         if backend == "nccl":
-            self.group = dist.ProcessGroupNCCL(store, rank, world)
+            options = dist.ProcessGroupNCCL.Options()
+            options._timeout = timeout
+            self.group = dist.ProcessGroupNCCL(store, rank, world, options)
         elif backend == "gloo":
             self.group = dist.ProcessGroupGloo(store, rank, world, timeout)
         else:
