@@ -161,8 +161,8 @@ class Cluster:
         as restarted if its process changed."""
         log.warning("rollout worker %d %s; it gets version %d again", w, why, self._version)
         deadline = time.monotonic() + REBUILD_WAIT_S
+        self._sync_formed = False  # a rebuilt worker is in no group
         while True:
-            self._sync_formed = False  # a rebuilt worker is in no group
             load = self.rollout.submit_one(w, "update_weights", (self._exported(), self._version))
             try:
                 self._note_pid(w, self.rollout.get(load))

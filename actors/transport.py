@@ -18,6 +18,7 @@ the driver forms a new one (`join`) before the next collective sync.
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -44,7 +45,7 @@ class Layout:
         out: list[list[int]] = [[]]
         used = 0
         for i, shape in enumerate(self.shapes):
-            nbytes = _numel(shape) * size
+            nbytes = math.prod(shape) * size
             if out[-1] and used + nbytes > bucket_bytes:
                 out.append([])
                 used = 0
@@ -54,8 +55,7 @@ class Layout:
 
 
 def layout_of(state: Iterable[tuple[str, torch.Tensor]], dtype: str) -> Layout:
-    """The layout of a model's `state_dict(keep_vars=True).items()`. A ZeRO-3 parameter holds
-    only a shard, so its full shape comes from `ds_shape`."""
+    """The layout of full weights {name: tensor}.items(), where tied names share a tensor."""
     names, shapes, aliases, first = [], [], [], {}
     for name, tensor in state:
         if id(tensor) in first:
@@ -63,7 +63,7 @@ def layout_of(state: Iterable[tuple[str, torch.Tensor]], dtype: str) -> Layout:
             continue
         first[id(tensor)] = name
         names.append(name)
-        shapes.append(tuple(getattr(tensor, "ds_shape", tensor.shape)))
+        shapes.append(tuple(tensor.shape))
     return Layout(tuple(names), tuple(shapes), tuple(aliases), dtype)
 
 
@@ -102,7 +102,7 @@ class SyncGroup:
         dtype = _DTYPES[layout.dtype]
         out: dict[str, torch.Tensor] = {}
         for bucket in layout.buckets(bucket_bytes):
-            sizes = [_numel(layout.shapes[i]) for i in bucket]
+            sizes = [math.prod(layout.shapes[i]) for i in bucket]
             flat = torch.empty(sum(sizes), dtype=dtype, device=self.device)
             self.group.broadcast([flat], _root()).wait()
             for i, part in zip(bucket, flat.split(sizes), strict=True):
@@ -122,10 +122,3 @@ def _root() -> dist.BroadcastOptions:
     opts = dist.BroadcastOptions()
     opts.rootRank = 0
     return opts
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n

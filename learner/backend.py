@@ -55,8 +55,7 @@ class TorchBackend:
                                          cfg)
 
     def join_group(self, rank: int, world: int, address: str, port: int) -> None:
-        backend = "nccl" if self.device.type == "cuda" else "gloo"
-        distributed.init_group(rank, world, address, port, backend)
+        distributed.join(rank, world, address, port, self.device)
         self.rank, self.world = rank, world
 
     def set_lr(self, lr: float) -> None:

@@ -54,7 +54,7 @@ class DeepSpeedBackend:
         self._engine = None
 
     def join_group(self, rank: int, world: int, address: str, port: int) -> None:
-        distributed.init_group(rank, world, address, port, self._dist_backend())
+        distributed.join(rank, world, address, port, self.device)
         self.rank, self.world = rank, world
 
     @property
@@ -67,15 +67,11 @@ class DeepSpeedBackend:
     def module(self):
         return self.engine
 
-    def _dist_backend(self) -> str:
-        return "nccl" if self.device.type == "cuda" else "gloo"
-
     def _initialize(self):
         if self.device.type == "cpu":
             os.environ["DS_ACCELERATOR"] = "cpu"  # read when deepspeed is first imported
         if not dist.is_initialized():  # a single learner: a group of one on the loopback
-            distributed.init_group(0, 1, "127.0.0.1", distributed.free_port(),
-                                   self._dist_backend())
+            distributed.join(0, 1, "127.0.0.1", distributed.free_port(), self.device)
         # DeepSpeed reads its launcher's variables; Ray placed this process, and a Ray actor
         # sees only its own GPU, which is therefore device 0.
         os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0")

@@ -23,8 +23,10 @@ import torch.distributed as dist
 TIMEOUT = datetime.timedelta(minutes=10)
 
 
-def init_group(rank: int, world: int, address: str, port: int, backend: str) -> None:
-    """Join the group whose rank 0 listens on address:port (every rank calls this)."""
+def join(rank: int, world: int, address: str, port: int, device: torch.device) -> None:
+    """Join the group whose rank 0 listens on address:port (every rank calls this), over
+    NCCL for CUDA tensors and gloo for CPU ones."""
+    backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank,
                             world_size=world, timeout=TIMEOUT)
 

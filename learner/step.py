@@ -114,7 +114,6 @@ class GSPOLearner:
         self.loss_fn = gspo.LOSSES[cfg.loss]
         self.backend = make_backend(self.model, cfg, self.device)  # optimizer, reductions
         self.version = 0  # learner steps done
-        self.rank, self.world = 0, 1  # data-parallel rank and group size (join_group)
         self._filler: Batch | None = None  # one row of the current batch (_fill)
         self.skipped_steps = 0  # skipped optimizer steps, whole run
         self.skipped_in_row = 0  # skipped optimizer steps since the last applied one
@@ -123,7 +122,16 @@ class GSPOLearner:
         """Become rank `rank` of `world` data-parallel learners (learner/distributed.py):
         from now on each step trains on this rank's slice and sums gradients over the group."""
         self.backend.join_group(rank, world, address, port)
-        self.rank, self.world = rank, world
+
+    @property
+    def rank(self) -> int:
+        """This learner's data-parallel rank (0 outside a group)."""
+        return self.backend.rank
+
+    @property
+    def world(self) -> int:
+        """The data-parallel group size (1 outside a group)."""
+        return self.backend.world
 
     @property
     def lr(self) -> float:
