@@ -43,7 +43,7 @@ def evaluate(
     env_cfg: EnvConfig,
     episodes: int,
     seed: int,
-    dtype: str = "bfloat16",
+    dtype: str = "auto",
     temperature: float = 1.0,
     max_new_tokens: int = 48,
     max_turns: int = 9,
@@ -72,7 +72,7 @@ def summarize(trajectories: list[Trajectory]) -> EvalReport:
     )
 
 
-def load_policy(path: str, dtype: str = "bfloat16") -> HFEngine:
+def load_policy(path: str, dtype: str = "auto") -> HFEngine:
     """An engine holding the policy at `path`: a checkpoint directory (its hashes verified;
     the architecture and tokenizer come from the model the run was configured with) or a
     plain HF model directory."""

@@ -9,6 +9,7 @@ import numpy as np
 
 from actors.transport import Layout, SyncGroup, layout_of
 from arl.config import LearnerConfig, ModelConfig
+from arl.dtypes import resolve as resolve_dtype
 from arl.types import Trajectory
 from learner import distributed
 from learner.checkpoint import load_checkpoint, save_checkpoint
@@ -72,7 +73,10 @@ class LearnerWorker:
     def weight_layout(self, dtype: str) -> Layout | None:
         """What a collective weight sync broadcasts, on rank 0 (every rank must call it)."""
         state = self.learner.backend.full_state_dict()
-        return None if state is None else layout_of(state.items(), dtype)
+        if state is None:
+            return None
+        # The broadcast travels in the rollout dtype; auto resolves as on the sender's device.
+        return layout_of(state.items(), resolve_dtype(dtype, self.learner.device.type == "cuda"))
 
     def join_sync(self, address: str, port: int, world: int, backend: str, layout: Layout,
                   bucket_bytes: int, timeout_s: float) -> None:

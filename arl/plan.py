@@ -32,6 +32,7 @@ import json
 from dataclasses import dataclass
 
 from arl.config import Config
+from arl.dtypes import resolve as resolve_dtype
 
 GIB = 2**30
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
@@ -101,7 +102,7 @@ def items(cfg: Config, shape: ModelShape, prompt_tokens: int,
     batch = cfg.rollout.groups_per_step * cfg.rollout.group_size
     workers = cfg.rollout.num_workers
     per_worker = -(-batch // workers)
-    dtype = DTYPE_BYTES[cfg.model.dtype]
+    dtype = DTYPE_BYTES[resolve_dtype(cfg.model.dtype, on_gpu=cfg.rollout.gpus_per_worker > 0)]
     kv = per_worker * T * 2 * s.layers * s.kv_heads * s.head_dim * dtype
     micro = "learner.micro_batch_size"
     shares = "rollout.groups_per_step, rollout.group_size or rollout.max_new_tokens"

@@ -18,8 +18,22 @@ from typing import Any
 
 from arl.config import Config, to_dict
 from arl.metrics import JsonlLogger, Metrics, WandbLogger
+from arl.model_path import arl_home
 from arl.pointer import read_latest
 from arl.types import EpisodeSummary
+
+# Set by Ray in the environment of a job's driver (`ray job submit`).
+RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+
+
+def output_root(output_dir: str) -> str:
+    """Where runs go. A relative `output_dir` is relative to the working directory, except in
+    a Ray job: there the working directory is Ray's temporary copy of the uploaded one, so it
+    resolves under $ARL_HOME/runs (ARL_HOME as the node's `ray start` saw it)."""
+    if os.path.isabs(output_dir) or RAY_JOB_ENV not in os.environ:
+        return output_dir
+    return os.path.join(arl_home(), output_dir)
+
 
 PROGRESS_KEYS = (("rollout/reward_mean", "reward"), ("rollout/invalid_tool_call_rate", "invalid"))
 
@@ -29,7 +43,7 @@ class Run:
 
     def __init__(self, cfg: Config, progress: bool = True):
         self.cfg = cfg
-        self.dir = os.path.join(cfg.output_dir, cfg.run_name)
+        self.dir = os.path.abspath(os.path.join(output_root(cfg.output_dir), cfg.run_name))
         self.progress = progress
         self._sinks: list[Any] = []
         self._bar: Any = None

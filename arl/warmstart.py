@@ -14,6 +14,8 @@ import os
 import time
 
 from arl.config import Config, to_dict
+from arl.dtypes import resolve as resolve_dtype
+from arl.model_path import local_path
 
 STAMP_FILE = "warmstart.json"
 EVAL_EPISODES = 500
@@ -24,13 +26,22 @@ def _stamp(cfg: Config) -> str:
     tiny model's chat template."""
     from learner.tiny import CHAT_TEMPLATE
 
-    key = {"warmstart": to_dict(cfg)["warmstart"], "env": to_dict(cfg)["env"], "seed": cfg.seed,
+    # The resolved compute dtype, not `auto`: a model trained in bf16 differs from one
+    # trained in fp32, and the same config resolves differently on different CPUs.
+    settings = {**to_dict(cfg)["warmstart"],
+                "compute_dtype": resolve_dtype(cfg.warmstart.compute_dtype)}
+    key = {"warmstart": settings, "env": to_dict(cfg)["env"], "seed": cfg.seed,
            "chat_template": CHAT_TEMPLATE}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def output_dir(cfg: Config) -> str:
+    """The folder `warmstart.output` names (`cache:<name>`: $ARL_HOME/models/<name>)."""
+    return local_path(cfg.warmstart.output)
+
+
 def cached(cfg: Config) -> bool:
-    path = os.path.join(cfg.warmstart.output, STAMP_FILE)
+    path = os.path.join(output_dir(cfg), STAMP_FILE)
     if not os.path.isfile(path):
         return False
     with open(path, encoding="utf-8") as f:
@@ -39,10 +50,10 @@ def cached(cfg: Config) -> bool:
 
 def warmstart(cfg: Config, force: bool = False) -> dict[str, object]:
     """Build, fine-tune, save and evaluate the tiny model; return the record it saves."""
-    ws = cfg.warmstart
+    ws, out = cfg.warmstart, output_dir(cfg)
     if cached(cfg) and not force:
-        print(f"warm-start model cached at {ws.output}")
-        with open(os.path.join(ws.output, STAMP_FILE), encoding="utf-8") as f:
+        print(f"warm-start model cached at {out}")
+        with open(os.path.join(out, STAMP_FILE), encoding="utf-8") as f:
             return json.load(f)
 
     from actors.evaluate import evaluate
@@ -52,6 +63,7 @@ def warmstart(cfg: Config, force: bool = False) -> dict[str, object]:
     from learner.tiny import build_tiny_model, build_tokenizer, render_chat, save_model_dir
 
     set_torch_threads(os.cpu_count() or 1)
+    compute = resolve_dtype(ws.compute_dtype)
     start = time.perf_counter()
     env_cfg = dataclasses.replace(cfg.env, name=ws.env)
     game_cfg = dataclasses.replace(cfg.env, name="tictactoe", opponent="random")
@@ -69,19 +81,19 @@ def warmstart(cfg: Config, force: bool = False) -> dict[str, object]:
                              ws.architecture)
     examples = [(d.reset.messages, d.reset.tools, d.target) for d in demos]
     losses = supervised_finetune(model, tokenizer, examples, ws.epochs, ws.lr, ws.batch_size,
-                                 cfg.seed, ws.prompt_loss, ws.bf16_autocast)
-    save_model_dir(model, tokenizer, ws.output)
+                                 cfg.seed, ws.prompt_loss, bf16_autocast=compute == "bfloat16")
+    save_model_dir(model, tokenizer, out)
     trained = time.perf_counter() - start
-    report = evaluate(ws.output, env_cfg, EVAL_EPISODES, seed=cfg.seed + 10**6)
+    report = evaluate(out, env_cfg, EVAL_EPISODES, seed=cfg.seed + 10**6)
     record = {
         "stamp": _stamp(cfg),
         "sft_losses": [round(x, 4) for x in losses],
         "train_seconds": round(trained, 1),
         "eval": report.as_dict(),
     }
-    with open(os.path.join(ws.output, STAMP_FILE), "w", encoding="utf-8") as f:
+    with open(os.path.join(out, STAMP_FILE), "w", encoding="utf-8") as f:
         json.dump(record, f, indent=2)
-    print(f"warm-start model saved to {ws.output} in {trained:.0f}s; "
+    print(f"warm-start model saved to {out} in {trained:.0f}s; "
           f"on {report.episodes} boards: parse rate {report.parse_rate:.1%}, "
           f"mean reward {report.reward_mean:+.3f}")
     print(json.dumps(record["eval"]))

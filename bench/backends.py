@@ -52,7 +52,7 @@ def time_backend(path: str, backend: str, stage: int, steps: int) -> tuple[float
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", nargs="?", default=".cache/models/tiny-warmstart")
+    parser.add_argument("model", nargs="?", default="cache:tiny-warmstart")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=5)
     args = parser.parse_args()

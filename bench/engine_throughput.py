@@ -20,7 +20,7 @@ from arl.episode import ChatRenderer
 from arl.types import SamplingParams
 from envs import make_env
 
-MODEL = sys.argv[1] if len(sys.argv) > 1 else ".cache/models/tiny-warmstart"
+MODEL = sys.argv[1] if len(sys.argv) > 1 else "cache:tiny-warmstart"
 NEW_TOKENS = 32
 
 

@@ -28,7 +28,7 @@ BATCHES = (8, 32, 64)
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("model", nargs="?", default=".cache/models/tiny-warmstart")
+    parser.add_argument("model", nargs="?", default="cache:tiny-warmstart")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -2,7 +2,7 @@
 needs it): loads the tiny warm-start model on the GPU, reloads its weights once through the
 engine's one-call update, and prints generated tokens/s at batch 64 and 256.
 
-Usage: python bench/gpu_vllm.py [MODEL_DIR]     (default: .cache/models/tiny-warmstart)
+Usage: python bench/gpu_vllm.py [MODEL_DIR]     (default: cache:tiny-warmstart)
 The last line is JSON: tok_s_b64, tok_s_b256, reload_s, greedy_same_after_reload.
 Exits 0 with a message where there is no GPU.
 """
@@ -27,7 +27,7 @@ def main() -> None:
     from envs import make_env
     from learner.model import load_model
 
-    path = sys.argv[1] if len(sys.argv) > 1 else ".cache/models/tiny-warmstart"
+    path = sys.argv[1] if len(sys.argv) > 1 else "cache:tiny-warmstart"
     engine = VLLMEngine(path, dtype="bfloat16", max_num_seqs=256, gpu_memory_utilization=0.3,
                         enforce_eager=False)
     tok = engine.get_tokenizer()

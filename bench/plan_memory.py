@@ -14,7 +14,7 @@ import sys
 
 from arl.plan import activation_bytes, logits_bytes, model_shape
 
-MODEL = sys.argv[1] if len(sys.argv) > 1 else ".cache/models/tiny-warmstart"
+MODEL = sys.argv[1] if len(sys.argv) > 1 else "cache:tiny-warmstart"
 SHAPES = ((16, 133), (64, 133), (16, 512))
 PROBE = """
 import gc, resource, sys, torch

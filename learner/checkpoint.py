@@ -33,6 +33,7 @@ from typing import Any
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from arl.errors import UserError
 from arl.pointer import write_latest
 
 FORMAT = 1
@@ -44,7 +45,7 @@ MANIFEST_FILE = "manifest.json"
 DATA_FILES = (MODEL_FILE, OPTIMIZER_TENSORS_FILE, OPTIMIZER_JSON_FILE, LEARNER_FILE)
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint directory is missing, incomplete, tampered with or not in this format."""
 
 

@@ -16,20 +16,21 @@ import tempfile
 
 import torch
 
-from arl.model_path import is_hub_id, model_file
+from arl.errors import ModelUnavailable
+from arl.model_path import cache_dir, is_hub_id, model_file
 from learner.checkpoint import sha256_file
 
-CACHE = os.path.join(".cache", "models", "gguf")
 MARKER = "arl_gguf.json"
 
 
-def prepare_model(path: str, cache: str = CACHE) -> str:
-    """A local HF model directory for `model.path`: the directory itself, the cached
-    conversion of a GGUF file (`path` may be `pkg:<dist>/<file>`; see arl.config), or the
-    downloaded snapshot of a hub id (`owner/name`)."""
+def prepare_model(path: str, cache: str | None = None) -> str:
+    """A local HF model directory (absolute) for `model.path`: the directory itself, the
+    cached conversion of a GGUF file (`path` may be `pkg:<dist>/<file>`; in `cache`, default
+    $ARL_HOME/models/gguf), or the downloaded snapshot of a hub id (`owner/name`)."""
+    cache = cache or cache_dir("gguf")
     source = model_file(path)
     if os.path.isdir(source):
-        return source
+        return os.path.abspath(source)
     if is_hub_id(source):
         return _download(source)
     digest = sha256_file(source)
@@ -61,8 +62,11 @@ def _download(repo_id: str) -> str:
         return snapshot_download(repo_id, allow_patterns=[
             "*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken"])
     except Exception as e:  # the hub client raises many kinds: offline, 404, auth, network
-        raise RuntimeError(f"model.path {repo_id!r} is not a local directory and could not be "
-                           f"downloaded from the hub: {e}") from e
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelUnavailable(
+            f"model.path {repo_id!r} is not a local directory and could not be downloaded "
+            f"from the hub ({reason[:160]}); give a local model folder, a .gguf file or "
+            "pkg:<dist>/<file>") from None
 
 
 def _convert(source: str, out: str) -> None:

@@ -51,6 +51,7 @@ import torch
 
 from arl import gspo
 from arl.config import LearnerConfig
+from arl.dtypes import DTYPES
 from arl.types import Histogram, Trajectory
 from learner import distributed
 from learner.backend import make_backend
@@ -59,8 +60,6 @@ from learner.collate import Batch, collate
 from learner.lora import apply_lora
 from learner.model import load_model, set_torch_threads, token_logprobs
 from learner.optim import lr_factor
-
-ENGINE_DTYPES = ("bfloat16", "float32")
 
 
 @dataclass(frozen=True)
@@ -84,13 +83,13 @@ class GSPOLearner:
     ):
         """Load the model at `model_path` (fp32, train mode), AdamW and the LR schedule.
 
-        dtype: the rollout engine's dtype (bfloat16 | float32); the learner trains in fp32
+        dtype: the rollout engine's dtype (auto | bfloat16 | float32); the learner trains in fp32
         either way (module docstring). total_steps: learner steps in the run (cosine length).
         Raises ValueError for an unknown dtype or loss, or a model with dropout (the trained
         policy must be the sampling policy, or ratios compare two different functions).
         """
-        if dtype not in ENGINE_DTYPES:
-            raise ValueError(f"dtype must be one of {ENGINE_DTYPES}, got {dtype!r}")
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
         if cfg.loss not in gspo.LOSSES:
             raise ValueError(f"loss must be one of {sorted(gspo.LOSSES)}, got {cfg.loss!r}")
         set_torch_threads(cfg.cpus)

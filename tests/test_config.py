@@ -95,6 +95,7 @@ def test_vllm_engine_without_the_extra_names_it(warm_model_dir, tmp_path):
 
 
 def test_hub_ids_pass_offline_and_fail_clearly_without_a_hub(tmp_path, monkeypatch):
+    from arl.errors import ModelUnavailable
     from arl.model_path import is_hub_id
     from learner.gguf import prepare_model
 
@@ -107,7 +108,7 @@ def test_hub_ids_pass_offline_and_fail_clearly_without_a_hub(tmp_path, monkeypat
     # Offline, with an empty cache: the download must fail, fast and by name.
     monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path))
-    with pytest.raises(RuntimeError, match="Qwen/Qwen2.5-0.5B-Instruct"):
+    with pytest.raises(ModelUnavailable, match="Qwen/Qwen2.5-0.5B-Instruct"):
         prepare_model("Qwen/Qwen2.5-0.5B-Instruct")
 
 

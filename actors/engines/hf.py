@@ -27,6 +27,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.utils import logging as hf_logging
 
 from actors.engines import default_stop_ids
+from arl.dtypes import resolve as resolve_dtype
 from arl.types import Generation, SamplingParams
 
 hf_logging.disable_progress_bar()  # no bar per weight load in every worker's log
@@ -55,13 +56,12 @@ class HFEngine:
     def __init__(
         self,
         model_path: str,
-        dtype: str = "bfloat16",
+        dtype: str = "auto",
         stop_token_ids: Sequence[int] | None = None,
         max_batch_size: int = 64,
         version: int = 0,
     ) -> None:
-        if dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+        dtype = resolve_dtype(dtype)  # auto: bfloat16 where this CPU computes in it natively
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.dtype = _DTYPES[dtype]

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from actors.engines import default_stop_ids
+from arl.dtypes import resolve as resolve_dtype
 from arl.types import Generation, SamplingParams
 
 _INSTALL_HINT = (
@@ -70,7 +71,7 @@ class VLLMEngine:
     def __init__(
         self,
         model_path: str,
-        dtype: str = "bfloat16",
+        dtype: str = "auto",
         stop_token_ids: Sequence[int] | None = None,
         max_num_seqs: int = 256,
         max_model_len: int = 0,
@@ -86,6 +87,10 @@ class VLLMEngine:
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         vllm = import_vllm()
         self._vllm = vllm
+        import torch
+
+        gpu = torch.cuda.is_available()
+        dtype = resolve_dtype(dtype, on_gpu=gpu, gpu_bf16=gpu and torch.cuda.is_bf16_supported())
         self.version = version
         self.llm = vllm.LLM(
             model=model_path,
