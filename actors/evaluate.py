@@ -15,7 +15,7 @@ from arl.episode import ChatRenderer, run_episodes
 from arl.evaluation import GAME_OUTCOMES, Position, Rate, game_outcome
 from arl.protocols import RolloutEngine
 from arl.types import SamplingParams, Trajectory
-from envs import make_env
+from envs.registry import make_env
 from envs.tictactoe_move import PositionEnv
 from learner.checkpoint import MANIFEST_FILE, load_checkpoint
 

@@ -12,12 +12,12 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from actors.engines import make_engine
+from actors.engines.registry import make_engine
 from actors.transport import Layout, SyncGroup
 from arl.config import EnvConfig, ModelConfig, RolloutConfig
 from arl.episode import ChatRenderer, run_episodes
 from arl.types import EpisodeSummary, SamplingParams, Trajectory
-from envs import make_env
+from envs.registry import make_env
 from learner.model import set_torch_threads
 
 

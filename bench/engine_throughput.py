@@ -18,7 +18,7 @@ from actors.engines.hf import HFEngine
 from arl.config import EnvConfig
 from arl.episode import ChatRenderer
 from arl.types import SamplingParams
-from envs import make_env
+from envs.registry import make_env
 
 MODEL = sys.argv[1] if len(sys.argv) > 1 else "cache:tiny-warmstart"
 NEW_TOKENS = 32

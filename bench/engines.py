@@ -21,7 +21,7 @@ from actors.engines.hf import HFEngine
 from actors.engines.vllm import VLLMEngine
 from arl.config import EnvConfig
 from arl.episode import ChatRenderer
-from envs import make_env
+from envs.registry import make_env
 
 BATCHES = (8, 32, 64)
 

@@ -24,8 +24,8 @@ def main() -> None:
     if not torch.cuda.is_available():
         print("no CUDA GPU here: nothing to check")
         return
+    from app.train import train
     from arl.config import load_config
-    from arl.train import train
 
     with tempfile.TemporaryDirectory() as out:
         cfg = load_config(["configs/gpu_one.yaml"], [

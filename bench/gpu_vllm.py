@@ -24,7 +24,7 @@ def main() -> None:
     from arl.config import EnvConfig
     from arl.episode import ChatRenderer
     from arl.types import SamplingParams
-    from envs import make_env
+    from envs.registry import make_env
     from learner.model import load_model
 
     path = sys.argv[1] if len(sys.argv) > 1 else "cache:tiny-warmstart"

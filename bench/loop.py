@@ -34,11 +34,11 @@ import numpy as np
 import torch
 
 from actors.engines.hf import HFEngine
+from app.train import start_states, train
 from arl.config import Config, load_config
 from arl.episode import ChatRenderer
-from arl.train import start_states, train
 from arl.types import SamplingParams
-from envs import make_env
+from envs.registry import make_env
 from learner.model import load_model, token_logprobs
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 20

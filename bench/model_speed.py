@@ -25,7 +25,7 @@ from actors.engines.hf import HFEngine
 from arl.config import EnvConfig
 from arl.episode import ChatRenderer
 from arl.types import SamplingParams
-from envs import make_env
+from envs.registry import make_env
 from learner.gguf import prepare_model
 from learner.model import load_model, token_logprobs
 

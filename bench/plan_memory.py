@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 
-from arl.plan import activation_bytes, logits_bytes, model_shape
+from app.plan import activation_bytes, logits_bytes, model_shape
 
 MODEL = sys.argv[1] if len(sys.argv) > 1 else "cache:tiny-warmstart"
 SHAPES = ((16, 133), (64, 133), (16, 512))
@@ -32,7 +32,7 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024)
 
 
 def estimate(shape, b: int, t: int) -> int:
-    """The plan's learner activations + logits (arl/plan.py), gradients included here
+    """The plan's learner activations + logits (app/plan.py), gradients included here
     because the probe's peak includes their allocation."""
     return activation_bytes(shape, b, t) + logits_bytes(shape, b, t) + 4 * shape.params
 

@@ -19,8 +19,8 @@ import json
 import sys
 import tempfile
 
+from app.train import train
 from arl.config import load_config
-from arl.train import train
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 10
 WARMUP = 2

@@ -22,98 +22,51 @@ runs (`learner.backend`):
                         size, so a checkpoint resumes under any of them
   load_state(p, o)      restore what `checkpoint_state` returned (every rank)
 
-`TorchBackend` is plain torch: AdamW on this process's parameters and, in a group, one flat
-all-reduce of the gradients (learner/distributed.py). `learner/deepspeed_backend.py` hosts
-DeepSpeed ZeRO 1-3.
+`TorchBackend` (learner/torch_backend.py) is plain torch: AdamW on this process's parameters
+and, in a group, one flat all-reduce of the gradients (learner/distributed.py).
+`learner/deepspeed_backend.py` hosts DeepSpeed ZeRO 1-3.
 """
 
 from __future__ import annotations
 
-import copy
-import math
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from arl.config import LearnerConfig
-from learner import distributed
-from learner.lora import is_lora, merged_state_dict
-from learner.optim import build_optimizer, set_lr
 
 
-class TorchBackend:
-    """AdamW in this process; gradients summed over the group before clipping."""
+class Backend(Protocol):
+    """What a training backend provides (the contract above)."""
 
-    uniform_passes = False
+    module: torch.nn.Module
+    uniform_passes: bool
+    rank: int
+    world: int
 
-    def __init__(self, model: torch.nn.Module, cfg: LearnerConfig, device: torch.device):
-        self.module = model
-        self.cfg = cfg
-        self.device = device
-        self.rank, self.world = 0, 1
-        self.optimizer = build_optimizer([p for p in model.parameters() if p.requires_grad],
-                                         cfg)
+    def join_group(self, rank: int, world: int, address: str, port: int) -> None: ...
 
-    def join_group(self, rank: int, world: int, address: str, port: int) -> None:
-        distributed.join(rank, world, address, port, self.device)
-        self.rank, self.world = rank, world
+    def set_lr(self, lr: float) -> None: ...
 
-    def set_lr(self, lr: float) -> None:
-        set_lr(self.optimizer, lr)
+    def backward(self, loss: torch.Tensor) -> None: ...
 
-    def backward(self, loss: torch.Tensor) -> None:
-        loss.backward()
+    def step(self, loss_finite: bool) -> tuple[float, bool]: ...
 
-    def step(self, loss_finite: bool) -> tuple[float, bool]:
-        if self.world > 1:
-            distributed.all_reduce_grads(self.module.parameters())
-        norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.cfg.grad_clip).item()
-        applied = loss_finite and math.isfinite(norm)
-        if applied:
-            self.optimizer.step()
-        # Skipped: gradients (possibly NaN) are dropped before AdamW ever sees them.
-        self.optimizer.zero_grad(set_to_none=True)
-        return norm, applied
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None: ...
 
-    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
-        return hf_state_dict(self.module) if self.rank == 0 else None
+    def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None: ...
 
-    def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
-        if self.rank != 0:
-            return None
-        params = {n: p.detach().cpu().clone() for n, p in self.module.named_parameters()}
-        return params, to_cpu(copy.deepcopy(self.optimizer.state_dict()))
-
-    def load_state(self, params: dict[str, torch.Tensor], optimizer: dict[str, Any]) -> None:
-        with torch.no_grad():
-            for name, param in self.module.named_parameters():
-                param.copy_(params[name])
-        self.optimizer.load_state_dict(optimizer)
+    def load_state(self, params: dict[str, torch.Tensor], optimizer: dict[str, Any]) -> None: ...
 
 
-def make_backend(model: torch.nn.Module, cfg: LearnerConfig, device: torch.device):
+def make_backend(model: torch.nn.Module, cfg: LearnerConfig, device: torch.device) -> Backend:
     """The backend `cfg.backend` names, owning `model`'s updates from now on."""
     if cfg.backend == "deepspeed":
         from learner.deepspeed_backend import DeepSpeedBackend
 
         return DeepSpeedBackend(model, cfg, device)
+    from learner.torch_backend import TorchBackend
+
     if cfg.backend != "torch":
         raise ValueError(f"learner.backend must be torch | deepspeed, got {cfg.backend!r}")
     return TorchBackend(model, cfg, device)
-
-
-def hf_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The model's weights under HF names (LoRA adapters merged in)."""
-    return merged_state_dict(model) if is_lora(model) else model.state_dict()
-
-
-def to_cpu(value):
-    """The same nested structure with every tensor on the CPU (checkpoints are written there;
-    `load_state_dict` moves AdamW state back to the parameters' device)."""
-    if isinstance(value, torch.Tensor):
-        return value.cpu()
-    if isinstance(value, dict):
-        return {k: to_cpu(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [to_cpu(v) for v in value]
-    return value

@@ -31,8 +31,8 @@ import torch.distributed as dist
 
 from arl.config import LearnerConfig
 from learner import distributed
-from learner.backend import hf_state_dict
 from learner.optim import build_optimizer, set_lr
+from learner.state import hf_state_dict
 
 NEVER = 2**31 - 1  # steps between DeepSpeed's own progress prints: never
 

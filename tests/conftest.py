@@ -24,8 +24,8 @@ def _one_thread_per_process():
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
-    from envs.demos import corpus_texts
-    from learner.tiny import build_tiny_model, build_tokenizer, save_model_dir
+    from warmstart.demos import corpus_texts
+    from warmstart.tiny import build_tiny_model, build_tokenizer, save_model_dir
 
     path = str(tmp_path_factory.mktemp("models") / "tiny-random")
     tokenizer = build_tokenizer(corpus_texts(seed=0), 400)
@@ -36,10 +36,10 @@ def tiny_model_dir(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def warm_model_dir(tmp_path_factory, tiny_model_dir) -> str:
-    from envs.demos import warmstart_examples
     from learner.model import load_model
-    from learner.sft import supervised_finetune
-    from learner.tiny import save_model_dir
+    from warmstart.demos import warmstart_examples
+    from warmstart.sft import supervised_finetune
+    from warmstart.tiny import save_model_dir
 
     path = str(tmp_path_factory.mktemp("models") / "tiny-warm")
     model, tokenizer = load_model(tiny_model_dir, dtype="bfloat16")

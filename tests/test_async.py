@@ -8,8 +8,8 @@ import json
 
 import pytest
 
+from app.train import train
 from arl.config import ConfigError, load_config
-from arl.train import train
 
 CI = "configs/ci.yaml"
 UNTIMED = ("timing/", "perf/")  # wall-clock metrics differ between any two runs

@@ -83,7 +83,7 @@ def test_vllm_engine_refuses_top_p_below_one():
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed")
 def test_vllm_engine_without_the_extra_names_it(warm_model_dir, tmp_path):
-    from arl.train import train
+    from app.train import train
 
     cfg = load_config([], [f"model.path={warm_model_dir}", "rollout.engine=vllm",
                            f"output_dir={tmp_path}"])
@@ -115,7 +115,7 @@ def test_hub_ids_pass_offline_and_fail_clearly_without_a_hub(tmp_path, monkeypat
 def test_cli_rejects_unknown_key_fast_without_ray():
     start = time.monotonic()
     out = subprocess.run(
-        [sys.executable, "-m", "arl.cli", "train", "configs/ci.yaml", "no_such.key=1"],
+        [sys.executable, "-m", "app.cli", "train", "configs/ci.yaml", "no_such.key=1"],
         cwd=ROOT, capture_output=True, text=True, timeout=30,
     )
     elapsed = time.monotonic() - start

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import socket
 
-from arl.cli import main
+from app.cli import main
+from app.plan import GIB, Machine, ModelShape, items, model_shape, pools, report
 from arl.config import load_config
-from arl.plan import GIB, Machine, ModelShape, items, model_shape, pools, report
 
 CI = "configs/ci.yaml"
 

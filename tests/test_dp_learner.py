@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
+from app.train import train
 from arl.config import LearnerConfig, ModelConfig, load_config
-from arl.train import train
 from arl.types import Trajectory
 
 

@@ -11,7 +11,7 @@ from actors.engines.hf import HFEngine
 from arl.config import EnvConfig
 from arl.episode import ChatRenderer, parse_turn, run_episodes
 from arl.types import Message, SamplingParams
-from envs import make_env
+from envs.registry import make_env
 
 RETRY_GAME = EnvConfig(name="tictactoe", opponent="random", invalid_action="retry", max_retries=2)
 

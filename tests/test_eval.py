@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from actors.evaluate import play_games, score_positions
-from arl.cli import main
+from app.cli import main
 from arl.config import EnvConfig
 from arl.evaluation import (
     Position,

@@ -6,26 +6,33 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PACKAGES = ("arl", "actors", "learner", "envs")
+# Bottom to top; a package imports only itself and the packages before it (envs and learner
+# share a level: neither imports the other).
+LAYERS = (("arl",), ("envs", "learner"), ("actors",), ("warmstart",), ("app",))
+PACKAGES = tuple(p for layer in LAYERS for p in layer)
 HEAVY = ("ray", "vllm", "deepspeed", "wandb")
-# Composition roots: the only core modules allowed to wire every package together.
-ROOTS = {"arl/train.py", "arl/cli.py", "arl/warmstart.py", "arl/doctor.py", "arl/plan.py"}
-ALLOWED = {
-    "arl": {"arl"},
-    "envs": {"arl", "envs"},
-    "learner": {"arl", "learner"},
-    "actors": {"arl", "learner", "envs", "actors"},
-}
 
 
-def _imports(path: pathlib.Path) -> set[str]:
+def _allowed(package: str) -> set[str]:
+    for level, layer in enumerate(LAYERS):
+        if package in layer:
+            return {package, *(p for below in LAYERS[:level] for p in below)}
+    raise KeyError(package)
+
+
+def _imports(path: pathlib.Path, full: bool = False) -> set[str]:
+    """Modules `path` imports anywhere in its body (top-level names, or dotted with `full`)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
+            names.update(a.name if full else a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
+            if full:
+                names.add(node.module)
+                names.update(f"{node.module}.{a.name}" for a in node.names)
+            else:
+                names.add(node.module.split(".")[0])
     return names
 
 
@@ -33,25 +40,53 @@ def _sources(package: str) -> list[pathlib.Path]:
     return sorted((ROOT / package).rglob("*.py"))
 
 
-def test_dependency_rule():
+def _module(path: pathlib.Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def test_dependency_rule_without_exemptions():
     violations = []
     for package in PACKAGES:
         for path in _sources(package):
-            rel = str(path.relative_to(ROOT))
-            if rel in ROOTS:
-                continue
             project = _imports(path) & set(PACKAGES)
-            for name in sorted(project - ALLOWED[package]):
-                violations.append(f"{rel} imports {name}")
+            for name in sorted(project - _allowed(package)):
+                violations.append(f"{path.relative_to(ROOT)} imports {name}")
     assert not violations, "dependency rule broken:\n" + "\n".join(violations)
+
+
+def test_no_import_cycle():
+    """No module reaches itself through the modules it imports (at any depth, lazy imports
+    included): each package can be read bottom-up."""
+    modules = {_module(p): p for package in PACKAGES for p in _sources(package)}
+    graph = {name: {m for m in _imports(path, full=True) if m in modules and m != name}
+             for name, path in modules.items()}
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                cycles.append(" -> ".join(path[path.index(dep):] + [node, dep]
+                                          if dep in path else [node, dep]))
+            elif dep not in state:
+                visit(dep, [*path, node])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
 
 def test_ray_only_in_actors():
     offenders = [
         str(path.relative_to(ROOT))
-        for package in ("arl", "learner", "envs")
+        for package in PACKAGES if package != "actors"
         for path in _sources(package)
-        if str(path.relative_to(ROOT)) not in ROOTS and "ray" in _imports(path)
+        if "ray" in _imports(path)
     ]
     assert not offenders, f"ray imported outside actors/: {offenders}"
 

@@ -8,8 +8,8 @@ import json
 import pytest
 import transformers
 
+from app.train import train
 from arl.config import EnvConfig, load_config
-from arl.train import train
 
 pytestmark = [
     pytest.mark.slow,  # about a minute: the KDA layers run through transformers' torch path
@@ -24,9 +24,9 @@ pytestmark = [
 def ling_model_dir(tmp_path_factory) -> str:
     """A tiny random bailing_hybrid model with a short supervised pass, so that its rollouts mix
     valid and invalid calls and the learner gets non-zero advantages."""
-    from envs.demos import corpus_texts, warmstart_examples
-    from learner.sft import supervised_finetune
-    from learner.tiny import build_tiny_model, build_tokenizer, save_model_dir
+    from warmstart.demos import corpus_texts, warmstart_examples
+    from warmstart.sft import supervised_finetune
+    from warmstart.tiny import build_tiny_model, build_tokenizer, save_model_dir
 
     tokenizer = build_tokenizer(corpus_texts(seed=0), 400)
     model = build_tiny_model(tokenizer, hidden_size=64, num_layers=2, num_heads=2, seed=0,

@@ -36,7 +36,7 @@ def test_gguf_is_converted_once_and_reused(tmp_path, monkeypatch):
 
 
 def test_three_gspo_steps_of_smollm2_on_cpu(tmp_path):
-    from arl.train import train
+    from app.train import train
 
     cfg = load_config([CONFIG], [
         "steps=3", "rollout.groups_per_step=2", "rollout.group_size=4",

@@ -79,8 +79,8 @@ def test_secrets_never_reach_the_run_files_or_the_ray_logs(tmp_path, warm_model_
                                                            monkeypatch):
     import ray
 
+    from app.train import train
     from arl.config import load_config
-    from arl.train import train
 
     canary = "arl-canary-secret-0123456789abcdef0123456789"
     monkeypatch.setenv("WANDB_API_KEY", canary)

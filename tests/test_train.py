@@ -8,8 +8,8 @@ import os
 
 import pytest
 
+from app.train import train
 from arl.config import load_config
-from arl.train import train
 
 CI = "configs/ci.yaml"
 
@@ -84,7 +84,7 @@ def test_non_finite_steps_in_a_row_save_a_checkpoint_and_stop(tmp_path, warm_mod
     import numpy as np
     import torch
 
-    import arl.train as driver
+    import app.train as driver
     from learner.checkpoint import load_checkpoint
     from learner.model import load_model
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from actors.transport import layout_of
+from app.train import train
 from arl.config import ConfigError, load_config
-from arl.train import train
 
 
 def test_layout_keeps_tied_weights_once_and_buckets_by_bytes():

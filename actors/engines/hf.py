@@ -26,7 +26,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.utils import logging as hf_logging
 
-from actors.engines import default_stop_ids
+from actors.engines.stops import default_stop_ids
 from arl.dtypes import resolve as resolve_dtype
 from arl.types import Generation, SamplingParams
 

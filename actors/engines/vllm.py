@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from actors.engines import default_stop_ids
+from actors.engines.stops import default_stop_ids
 from arl.dtypes import resolve as resolve_dtype
 from arl.types import Generation, SamplingParams
 

@@ -22,7 +22,7 @@ from arl.config import EnvConfig  # noqa: E402
 from arl.episode import ChatRenderer  # noqa: E402
 from arl.protocols import RolloutEngine  # noqa: E402
 from arl.types import SamplingParams  # noqa: E402
-from envs import make_env  # noqa: E402
+from envs.registry import make_env  # noqa: E402
 from learner.model import load_model, token_logprobs  # noqa: E402
 
 LOGPROB_ATOL = 2e-3
@@ -147,8 +147,8 @@ def test_train_on_ray_with_vllm_leaves_nothing_behind(tmp_path, warm_model_dir):
     and the process table are as they were."""
     import json
 
+    from app.train import train
     from arl.config import load_config
-    from arl.train import train
 
     shm, t0 = _shm_entries(), time.time()
     cfg = load_config(["configs/ci.yaml"], [

@@ -6,9 +6,10 @@ import pytest
 
 from arl.config import EnvConfig
 from arl.types import EnvStep, Message
-from envs import connect_four_rules, make_env, tictactoe_rules
+from envs import connect_four_rules, tictactoe_rules
 from envs.check import EnvCheckError, check_env
 from envs.opponents import PolicyOpponent
+from envs.registry import make_env
 
 OPPONENTS = ("random", "minimax", "eps_minimax", "policy")
 

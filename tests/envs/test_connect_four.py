@@ -5,9 +5,9 @@ import pytest
 from arl.config import EnvConfig
 from arl.types import ToolCall
 from envs import connect_four_rules as rules
-from envs import make_env
 from envs.connect_four_rules import COLS, EMPTY_BOARD, ROWS
 from envs.opponents import PolicyOpponent
+from envs.registry import make_env
 
 
 def _drops(*moves: tuple[int, str]) -> rules.Board:

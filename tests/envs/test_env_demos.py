@@ -9,8 +9,8 @@ from arl.config import EnvConfig
 from arl.tools import format_tool_call, parse_tool_call
 from arl.types import ToolCall, ToolCallError
 from envs import tictactoe_rules as rules
-from envs.demos import corpus_texts, game_examples, warmstart_examples
 from envs.tictactoe_move import move_outcome, outcome_reward
+from warmstart.demos import corpus_texts, game_examples, warmstart_examples
 
 
 def _board_of(demo) -> rules.Board:

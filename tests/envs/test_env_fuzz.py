@@ -12,7 +12,7 @@ from arl.config import EnvConfig
 from arl.episode import parse_turn
 from arl.tools import format_tool_call
 from arl.types import ToolCall
-from envs import make_env
+from envs.registry import make_env
 
 PAYLOADS = (
     "__import__('os').system('touch CANARY')",

@@ -4,9 +4,9 @@ import pytest
 
 from arl.config import EnvConfig
 from arl.types import ToolCall, ToolCallError, ToolCallErrorKind
-from envs import make_env
 from envs import tictactoe_rules as rules
 from envs.opponents import PolicyOpponent
+from envs.registry import make_env
 
 
 def _call(square) -> ToolCall:

@@ -6,8 +6,8 @@ import pytest
 
 from arl.config import EnvConfig
 from arl.types import ToolCall, ToolCallError, ToolCallErrorKind
-from envs import make_env
 from envs import tictactoe_rules as rules
+from envs.registry import make_env
 from envs.tictactoe_move import (
     MAX_OPENING_MOVES,
     MIN_OPENING_MOVES,

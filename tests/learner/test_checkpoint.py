@@ -160,8 +160,8 @@ def _tiny_state(step, skipped_in_row=0):
 
 
 def test_latest_pointer_names_the_newest_checkpoint_and_stays_in_its_directory(tmp_path):
+    from app.run import latest_checkpoint
     from arl.pointer import LATEST_FILE, read_latest
-    from arl.run import latest_checkpoint
 
     root = tmp_path / "checkpoints"
     assert latest_checkpoint(str(root)) is None

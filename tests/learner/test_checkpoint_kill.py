@@ -10,8 +10,8 @@ import subprocess
 import sys
 import time
 
+from app.run import checkpoint_step, latest_checkpoint
 from arl.pointer import read_latest
-from arl.run import checkpoint_step, latest_checkpoint
 from learner.checkpoint import load_checkpoint
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

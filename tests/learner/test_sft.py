@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from arl.types import Message, ToolSchema
-from learner.sft import IGNORE, _lr_factor, collate, encode_example, supervised_finetune
-from learner.tiny import IM_END, build_tiny_model, build_tokenizer, render_chat
+from warmstart.sft import IGNORE, _lr_factor, collate, encode_example, supervised_finetune
+from warmstart.tiny import IM_END, build_tiny_model, build_tokenizer, render_chat
 
 TOOL = ToolSchema(
     name="choose_square",

@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import learner.model as model_module
 from arl.types import Message, ToolSchema
 from learner.model import load_model, set_torch_threads, token_logprobs
-from learner.tiny import (
+from warmstart.tiny import (
     IM_END,
     SPECIAL_TOKENS,
     TOOL_TOKENS,

@@ -239,8 +239,8 @@ def prompt_tokens(cfg: Config, samples: int = 32) -> int:
     from transformers import AutoTokenizer
 
     from arl.episode import ChatRenderer
-    from envs import make_env
     from envs.opponents import RandomOpponent
+    from envs.registry import make_env
     from envs.tictactoe_rules import legal_moves
 
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.path, local_files_only=True)

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "train":
             cfg = load_config(*_split(args.config))
-            from arl.train import NonFiniteError, Stopped, train
+            from app.train import NonFiniteError, Stopped, train
             from learner.checkpoint import CheckpointError
 
             try:
@@ -97,11 +97,11 @@ def main(argv: list[str] | None = None) -> int:
                                                 f", reward_mean {reward:.3f}"))
         elif args.command == "warmstart":
             cfg = load_config(*_split(args.config), check_paths=False)
-            from arl.warmstart import warmstart
+            from warmstart.build import warmstart
 
             warmstart(cfg, force=args.force)
         elif args.command == "plot":
-            from arl.plot import plot_run
+            from app.plot import plot_run
 
             print(plot_run(args.run_dir, args.out))
         elif args.command == "eval":
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "plan":
             return _plan(args)
         elif args.command == "doctor":
-            from arl.doctor import doctor
+            from app.doctor import doctor
 
             return 1 if doctor(*_split(args.config)) else 0
     except ConfigError as err:
@@ -160,7 +160,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     """`arl plan`: the plan's table, then its JSON line; exit 1 if it does not fit."""
-    from arl import plan
+    from app import plan
 
     cfg = load_config(*_split(args.config))
     machine = _machine(args)
@@ -177,8 +177,8 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _machine(args: argparse.Namespace):
     """The memory pools `arl plan` plans against: the flags, else this machine."""
-    from arl.doctor import total_memory_gib
-    from arl.plan import GIB, Machine
+    from app.doctor import total_memory_gib
+    from app.plan import GIB, Machine
 
     if args.unified_memory_gb is not None:
         return Machine(int(args.unified_memory_gb * GIB), None, unified=True)

@@ -16,8 +16,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from app.sinks import netrc_has_wandb
 from arl.config import Config, ConfigError, load_config
-from arl.metrics import netrc_has_wandb
 from arl.model_path import model_file
 
 REQUIRED = ("torch", "transformers", "ray", "wandb", "omegaconf", "safetensors")

@@ -23,9 +23,9 @@ from arl.config import EnvConfig
 from arl.protocols import Env
 from arl.tools import format_tool_call, parse_tool_call
 from arl.types import EnvReset, Message, ParsedTurn, ToolCall
-from envs import make_env
 from envs import tictactoe_rules as rules
 from envs.game_env import GameEnv
+from envs.registry import make_env
 from envs.tictactoe import make_tictactoe
 from envs.tictactoe_move import TicTacToeMoveEnv
 

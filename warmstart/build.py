@@ -24,7 +24,7 @@ EVAL_EPISODES = 500
 def _stamp(cfg: Config) -> str:
     """What the cached model depends on: the warm-start settings, the env, the seed, and the
     tiny model's chat template."""
-    from learner.tiny import CHAT_TEMPLATE
+    from warmstart.tiny import CHAT_TEMPLATE
 
     # The resolved compute dtype, not `auto`: a model trained in bf16 differs from one
     # trained in fp32, and the same config resolves differently on different CPUs.
@@ -57,10 +57,10 @@ def warmstart(cfg: Config, force: bool = False) -> dict[str, object]:
             return json.load(f)
 
     from actors.evaluate import evaluate
-    from envs.demos import corpus_texts, game_examples, warmstart_examples
     from learner.model import set_torch_threads
-    from learner.sft import supervised_finetune
-    from learner.tiny import build_tiny_model, build_tokenizer, render_chat, save_model_dir
+    from warmstart.demos import corpus_texts, game_examples, warmstart_examples
+    from warmstart.sft import supervised_finetune
+    from warmstart.tiny import build_tiny_model, build_tokenizer, render_chat, save_model_dir
 
     set_torch_threads(os.cpu_count() or 1)
     compute = resolve_dtype(ws.compute_dtype)

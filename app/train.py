@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from app.run import Run
 from arl.config import Config, require_extras
 from arl.gspo import group_advantages
 from arl.metrics import Metrics, rollout_metrics
-from arl.run import Run
 
 
 class NonFiniteError(RuntimeError):

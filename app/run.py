@@ -16,8 +16,9 @@ import shutil
 from collections.abc import Sequence
 from typing import Any
 
+from app.sinks import JsonlLogger, WandbLogger
 from arl.config import Config, to_dict
-from arl.metrics import JsonlLogger, Metrics, WandbLogger
+from arl.metrics import Metrics
 from arl.model_path import arl_home
 from arl.pointer import read_latest
 from arl.types import EpisodeSummary
@@ -128,7 +129,7 @@ class Run:
         for sink in self._sinks:
             sink.close()
         if os.path.exists(self.metrics_path) and os.path.getsize(self.metrics_path):
-            from arl.plot import plot_run
+            from app.plot import plot_run
 
             plot_run(self.dir)
 

