@@ -4,6 +4,7 @@ play full games against an opponent, or score given positions (`arl eval`)."""
 from __future__ import annotations
 
 import os
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 
@@ -17,7 +18,8 @@ from arl.protocols import RolloutEngine
 from arl.types import SamplingParams, Trajectory
 from envs.registry import make_env
 from envs.tictactoe_move import PositionEnv
-from learner.checkpoint import MANIFEST_FILE, load_checkpoint
+from learner.checkpoint import MANIFEST_FILE
+from learner.export import export_checkpoint
 
 MAX_GAME_TURNS = {"tictactoe": 9, "connect_four": 24, "tictactoe_move": 1}
 
@@ -74,37 +76,24 @@ def summarize(trajectories: list[Trajectory]) -> EvalReport:
 
 def load_policy(path: str, dtype: str = "auto") -> HFEngine:
     """An engine holding the policy at `path`: a checkpoint directory (its hashes verified;
-    the architecture and tokenizer come from the model the run was configured with) or a
-    plain HF model directory."""
+    exported to a temporary HF folder, LoRA merged: the same weights `arl export` writes)
+    or a plain HF model directory."""
     if not os.path.isfile(os.path.join(path, MANIFEST_FILE)):
         return HFEngine(path, dtype=dtype)
-    checkpoint = load_checkpoint(path)
-    model_path = checkpoint.extra_json.get("config", {}).get("model", {}).get("path")
-    if not model_path:
-        raise ValueError(f"checkpoint {path} does not record the model it was trained from")
-    engine = HFEngine(model_path, dtype=dtype)
-    params = checkpoint.state.model
-    if any(".lora_" in name for name in params):  # adapters: merge them as a sync does
-        params = _merged_lora(model_path, checkpoint.extra_json["config"], params)
-    weights = {name: t.detach().numpy() for name, t in params.items()}
-    engine.update_weights(weights, version=checkpoint.step)
+    with tempfile.TemporaryDirectory(prefix="arl-policy-") as tmp:
+        folder = export_checkpoint(path, os.path.join(tmp, "model"))
+        engine = HFEngine(str(folder), dtype=dtype)
+    engine.version = checkpoint_step_of(path)
     return engine
 
 
-def _merged_lora(model_path: str, config: dict, params: dict) -> dict:
-    """HF weights of a LoRA checkpoint: the run's adapters put on the base model, merged."""
-    import torch
+def checkpoint_step_of(path: str) -> int:
+    """The learner step a checkpoint was saved after (its manifest's `step`)."""
+    from pathlib import Path
 
-    from arl.config import LoraConfig
-    from learner.lora import apply_lora, merged_state_dict
-    from learner.model import load_model
+    from learner.checkpoint import read_manifest
 
-    model = apply_lora(load_model(model_path, "float32")[0],
-                       LoraConfig(**config["learner"]["lora"]))
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            param.copy_(params[name])
-    return merged_state_dict(model)
+    return int(read_manifest(Path(path))["step"])
 
 
 def _renderer(engine: RolloutEngine) -> ChatRenderer:

@@ -7,12 +7,13 @@ from typing import Any
 
 import numpy as np
 
+from actors.model_files import ShippedModel, local_model
 from actors.transport import Layout, SyncGroup, layout_of
 from arl.config import LearnerConfig, ModelConfig
 from arl.dtypes import resolve as resolve_dtype
 from arl.types import Trajectory
 from learner import distributed
-from learner.checkpoint import load_checkpoint, save_checkpoint
+from learner.checkpoint import load_checkpoint, model_folder_files, save_checkpoint
 from learner.model import set_torch_threads
 from learner.step import GSPOLearner
 
@@ -30,11 +31,15 @@ class LearnerWorker:
         seed: int,
         temperature: float,
         threads: int,
+        shipped: ShippedModel | None = None,
     ):
         set_torch_threads(threads)
+        model = local_model(model, shipped)  # the model folder on this node
         self.temperature = temperature
         self.consumed: set[int] = set()  # episode ids trained on: the consumer-side ledger
         self.learner = GSPOLearner(model.path, cfg, model.dtype, total_steps, seed)
+        # Checkpoints carry the model's config and tokenizer: each one is a usable model.
+        self.model_files = model_folder_files(model.path)
         self.sync: SyncGroup | None = None  # rank 0's end of a collective weight sync
 
     def step(self, advantages: np.ndarray, keep: np.ndarray,
@@ -98,7 +103,7 @@ class LearnerWorker:
         """Write the checkpoint from rank 0 (every rank must call it: backends may gather)."""
         state = self.learner.state_dict_for_checkpoint()
         if state is not None:
-            save_checkpoint(directory, state, step, extra)
+            save_checkpoint(directory, state, step, extra, self.model_files)
 
     def load_checkpoint(self, directory: str) -> dict:
         """Restore the learner from a checkpoint (verified); return the JSON the driver

@@ -18,6 +18,7 @@ import ray
 from actors import cluster as ray_cluster
 from actors.group import ActorGroup
 from actors.learner import LearnerWorker
+from actors.model_files import cluster_nodes, ship
 from actors.rollout import RolloutWorker
 from arl.config import Config, to_dict
 from arl.types import EpisodeSummary
@@ -79,10 +80,12 @@ class Cluster:
             raise ValueError("learner.num_workers > 1 needs Ray (use_ray=True)")
         else:
             learner_at = rollout_at = None
+        # Nodes that do not see the driver's model folder get it through the object store.
+        shipped = ship(cfg.model.path) if self.use_ray and cluster_nodes() > 1 else None
         self.learner = ActorGroup(
             LearnerWorker,
             [(cfg.model, cfg.learner, cfg.steps, cfg.seed, cfg.rollout.temperature,
-              cfg.learner.cpus)] * cfg.learner.num_workers,
+              cfg.learner.cpus, shipped)] * cfg.learner.num_workers,
             num_cpus=cfg.learner.cpus,
             num_gpus=cfg.learner.gpus,
             resources=cfg.learner.resources,
@@ -92,7 +95,7 @@ class Cluster:
         )
         self.rollout = ActorGroup(
             RolloutWorker,
-            [(cfg.model, cfg.rollout, cfg.env, cfg.rollout.cpus_per_worker)]
+            [(cfg.model, cfg.rollout, cfg.env, cfg.rollout.cpus_per_worker, shipped)]
             * cfg.rollout.num_workers,
             num_cpus=cfg.rollout.cpus_per_worker,
             num_gpus=cfg.rollout.gpus_per_worker,

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from actors.engines.registry import make_engine
+from actors.model_files import ShippedModel, local_model
 from actors.transport import Layout, SyncGroup
 from arl.config import EnvConfig, ModelConfig, RolloutConfig
 from arl.episode import ChatRenderer, run_episodes
@@ -37,8 +38,10 @@ class RolloutWorker:
         rollout: RolloutConfig,
         env: EnvConfig,
         threads: int,
+        shipped: ShippedModel | None = None,
     ):
         set_torch_threads(threads)
+        model = local_model(model, shipped)  # the model folder on this node
         self.cfg = rollout
         self.env_cfg = env
         self.engine = make_engine(model, rollout)
@@ -79,7 +82,8 @@ class RolloutWorker:
                       if i % size == 0 and i // size < transcripts else None)
             for i, t in enumerate(trajectories)
         ]
-        return summaries, trajectories
+        # The learner trains on token ids; the messages travel only in transcripts.
+        return summaries, [dataclasses.replace(t, messages=()) for t in trajectories]
 
     def update_weights(self, weights: Mapping[str, Any], version: int) -> int:
         """Load `weights` as `version`; return this process's pid, which tells the driver

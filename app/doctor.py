@@ -8,6 +8,7 @@ cluster is probed with one TCP connection, and a wandb key is only looked for, n
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import shutil
@@ -137,7 +138,7 @@ def model_check(cfg: Config) -> Check:
     try:
         model_file(path)
     except FileNotFoundError as err:
-        hint = ("run `arl warmstart` (or `make warmstart`) to build it" if ".cache" in path
+        hint = ("run `arl warmstart` (or `make warmstart`) to build it" if path.startswith("cache:")
                 else "set model.path to a model directory, a GGUF file or pkg:<dist>/<file>")
         return Check("model", False, f"{path} does not exist ({err})", hint)
     try:
@@ -155,12 +156,96 @@ def model_check(cfg: Config) -> Check:
     return Check("model", True, f"{path}: {params / 1e6:.2f}M parameters, {cfg.model.dtype}")
 
 
+# What a config needs -> (the module that provides it, the install command).
+EXTRAS = {
+    "vllm": ("vllm", "`pip install -e '.[vllm]'` (GPU) or `make venv-vllm` (CPU)"),
+    "deepspeed": ("deepspeed", "`DS_BUILD_OPS=0 pip install -e '.[deepspeed]'`"),
+    "lora": ("peft", "`pip install -e '.[lora]'`"),
+    "gguf": ("gguf", "`pip install -e '.[gguf]'`"),
+}
+
+
+def needed_extras(cfg: Config) -> list[tuple[str, str]]:
+    """(extra, the config key that needs it) for every optional extra `cfg` uses."""
+    needs = []
+    if cfg.rollout.engine == "vllm":
+        needs.append(("vllm", "rollout.engine=vllm"))
+    if cfg.learner.backend == "deepspeed":
+        needs.append(("deepspeed", "learner.backend=deepspeed"))
+    if cfg.learner.lora.rank > 0:
+        needs.append(("lora", "learner.lora.rank > 0"))
+    if cfg.model.path.endswith(".gguf"):
+        needs.append(("gguf", "model.path (a GGUF file)"))
+    return needs
+
+
+def extra_checks(cfg: Config) -> list[Check]:
+    checks = []
+    for extra, key in needed_extras(cfg):
+        module, install = EXTRAS[extra]
+        present = importlib.util.find_spec(module) is not None
+        checks.append(Check(f"extra {extra}", present,
+                            f"{key} needs {module}: " + ("installed" if present else "missing"),
+                            f"install it: {install}"))
+    return checks
+
+
+def resource_checks(cfg: Config, cluster: dict[str, float] | None) -> list[Check]:
+    """GPUs and custom Ray resources the actors reserve, against a running cluster's
+    resources (`cluster`), or else what an embedded cluster on this machine would offer."""
+    m, w = cfg.learner.num_workers, cfg.rollout.num_workers
+    offered = cluster if cluster is not None else {"GPU": float(visible_gpus())}
+    where = "the running cluster" if cluster is not None else "this machine"
+    needs = {"GPU": m * cfg.learner.gpus + w * cfg.rollout.gpus_per_worker}
+    for name in set(cfg.learner.resources) | set(cfg.rollout.resources):
+        needs[name] = (m * cfg.learner.resources.get(name, 0.0)
+                       + w * cfg.rollout.resources.get(name, 0.0))
+    checks = []
+    for name, amount in sorted(needs.items()):
+        if amount <= 0:
+            continue
+        have = offered.get(name, 0.0)
+        hint = ("run where GPUs are visible, or set learner.gpus=0 and "
+                "rollout.gpus_per_worker=0" if name == "GPU" else
+                f"start nodes with `ray start --resources '{{\"{name}\": N}}'`, or drop "
+                f"{name} from learner.resources and rollout.resources")
+        checks.append(Check(f"resource {name}", amount <= have,
+                            f"the actors reserve {amount:g}, {where} offers {have:g}", hint))
+    return checks
+
+
+def visible_gpus() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        return 0
+
+
+def cluster_resources(address: str) -> dict[str, float] | None:
+    """The total resources of the running cluster `ray.address` leads to, or None if
+    `arl train` would start an embedded one (nothing is started to find out)."""
+    check = ray_check(address)
+    if not check.ok or "will join" not in check.detail:
+        return None
+    import ray
+
+    ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+    try:
+        return dict(ray.cluster_resources())
+    finally:
+        ray.shutdown()
+
+
 def config_checks(paths: list[str], overrides: list[str]) -> list[Check]:
     try:
         cfg = load_config(paths, overrides, check_paths=False)
     except ConfigError as err:
         return [Check("config", False, str(err), "fix the key it names")]
     checks = [Check("config", True, f"{' '.join(paths) or 'defaults'} validates")]
+    checks += extra_checks(cfg)
+    checks += resource_checks(cfg, cluster_resources(cfg.ray.address))
     return checks + [wandb_check(cfg), ray_check(cfg.ray.address), model_check(cfg)]
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from arl.config import Config
 from arl.dtypes import resolve as resolve_dtype
+from arl.errors import UserError
 
 GIB = 2**30
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
@@ -243,7 +244,15 @@ def prompt_tokens(cfg: Config, samples: int = 32) -> int:
     from envs.registry import make_env
     from envs.tictactoe_rules import legal_moves
 
-    tokenizer = AutoTokenizer.from_pretrained(cfg.model.path, local_files_only=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(cfg.model.path, local_files_only=True)
+    except (OSError, ValueError, TypeError) as err:
+        raise UserError(f"{cfg.model.path} has no usable tokenizer ({type(err).__name__}), so "
+                        "the prompts cannot be measured: pass --prompt-tokens N (the longest "
+                        "prompt in tokens)") from None
+    if tokenizer.chat_template is None:
+        raise UserError(f"{cfg.model.path}: the tokenizer has no chat template; pass "
+                        "--prompt-tokens N")
     renderer = ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
     opponent = RandomOpponent(legal_moves) if cfg.env.opponent == "policy" else None
     env = make_env(cfg.env, opponent)
@@ -252,3 +261,32 @@ def prompt_tokens(cfg: Config, samples: int = 32) -> int:
 
 def as_json(summary: dict) -> str:
     return json.dumps(summary, sort_keys=True)
+
+
+def run_plan(cfg: Config, args) -> int:
+    """`arl plan`: the plan's table, then its JSON line; exit 1 if it does not fit."""
+    from learner.gguf import prepare_model
+
+    cfg.model.path = prepare_model(cfg.model.path)
+    shape = model_shape(cfg.model.path, cfg.learner.lora.target_modules)
+    prompt = args.prompt_tokens if args.prompt_tokens else prompt_tokens(cfg)
+    lines, summary, fits = report(cfg, shape, _machine(args), prompt)
+    print("\n".join(lines))
+    print(as_json(summary))
+    return 0 if fits else 1
+
+
+def _machine(args) -> Machine:
+    """The memory pools `arl plan` plans against: the flags, else this machine."""
+    from app.doctor import total_memory_gib
+
+    if args.unified_memory_gb is not None:
+        return Machine(int(args.unified_memory_gb * GIB), None, unified=True)
+    host = args.memory_gb if args.memory_gb is not None else total_memory_gib()
+    gpu = args.gpu_memory_gb
+    if gpu is None:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = torch.cuda.get_device_properties(0).total_memory / GIB
+    return Machine(int(host * GIB), None if gpu is None else int(gpu * GIB))

@@ -1,25 +1,47 @@
-"""`arl plot`: one PNG dashboard of a run from metrics.jsonl, no wandb needed: reward,
-response length, tool-call stability, GSPO clip fractions, learner, timing, game outcomes,
-actions."""
+"""`arl plot`: one PNG dashboard of a run from metrics.jsonl, no wandb needed: reward, move
+quality, tool calls, response length, GSPO clip fractions, learner, timing, outcomes, actions.
+
+Per-step rates of 64 episodes are noisy: the reward and every rate panel draw the raw series
+faintly and a trailing mean of `SMOOTH_STEPS` steps on top.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
+
+SMOOTH_STEPS = 10
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    ylabel: str
+    keys: tuple[str, ...]  # a key ending in "*" takes every metric with that prefix
+    smooth: bool = True
+    right: tuple[str, ...] = ()  # keys on a second y-axis (their own scale)
+    right_label: str = ""
+
 
 PANELS = (
-    ("reward", ("rollout/reward_mean",)),
-    ("response length (sampled tokens)", ("rollout/response_len",)),
-    ("tool calls", ("rollout/tool_calls_per_episode", "rollout/invalid_tool_call_rate")),
-    ("GSPO clip fraction", ("gspo/clip_fraction_low", "gspo/clip_fraction_high")),
-    ("learner", ("learner/loss", "learner/grad_norm")),
-    ("seconds per step", ("timing/generate", "timing/train", "timing/weight_sync", "timing/other")),
-    ("game outcomes", ("game/win_rate", "game/draw_rate", "game/loss_rate", "game/illegal_rate")),
-    ("actions and groups", ("rollout/action_entropy", "rollout/zero_variance_groups")),
+    Panel("reward", "mean reward per episode", ("rollout/reward_mean",)),
+    Panel("move quality", "share of episodes", ("quality/best_or_win", "rollout/outcome_legal",
+                                               "game/illegal_rate")),
+    Panel("tool calls", "per episode / share of turns", ("rollout/tool_calls_per_episode",
+                                                         "rollout/invalid_tool_call_rate")),
+    Panel("response length", "sampled tokens per episode", ("rollout/response_len",)),
+    Panel("GSPO clip fraction", "share of sequences", ("gspo/clip_fraction_low",
+                                                       "gspo/clip_fraction_high")),
+    Panel("learner", "loss", ("learner/loss",), smooth=False, right=("learner/grad_norm",),
+          right_label="grad norm (before clipping)"),
+    Panel("seconds per step", "seconds", ("timing/generate", "timing/train",
+                                          "timing/weight_sync", "timing/other"), smooth=False),
+    Panel("outcomes", "share of episodes", ("rollout/outcome_*",)),
+    Panel("actions and groups", "nats / share of groups", ("rollout/action_entropy",
+                                                          "rollout/zero_variance_groups")),
+    Panel("evaluation", "share", ("eval/*",), smooth=False),
 )
-
-
-SMOOTH_STEPS = 10  # the reward panel also shows this trailing mean: one step is 64 episodes
 
 
 def trailing_mean(values: list[float], window: int) -> list[float]:
@@ -32,36 +54,85 @@ def trailing_mean(values: list[float], window: int) -> list[float]:
 
 
 def read_metrics(path: str) -> list[dict[str, float]]:
+    """Rows of metrics.jsonl, with the derived series the dashboard shows (`quality/...`)."""
     with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        rows = [json.loads(line) for line in f if line.strip()]
+    for row in rows:
+        if "rollout/outcome_best" in row:  # the one-move task: a best move or a win
+            row["quality/best_or_win"] = (row["rollout/outcome_best"] or 0.0) + (
+                row.get("rollout/outcome_win") or 0.0)
+    return rows
+
+
+def series(rows: list[dict], key: str) -> list[tuple[str, list[int], list[float]]]:
+    """(name, steps, values) for `key` (or every key with its prefix, if it ends in "*")."""
+    names = ([key] if not key.endswith("*") else
+             sorted({k for r in rows for k in r if k.startswith(key[:-1])
+                     and isinstance(r[k], int | float)}))
+    out = []
+    for name in names:
+        points = [(r["step"], r[name]) for r in rows if isinstance(r.get(name), int | float)]
+        if points:
+            xs, ys = zip(*points, strict=True)
+            out.append((name, list(xs), list(ys)))
+    return out
 
 
 def plot_run(run_dir: str, out: str | None = None) -> str:
-    """Write `curves.png` (or `out`) for the run in `run_dir`; return its path."""
+    """Write `curves.png` (or `out`) for the run in `run_dir`; return its path. Raises
+    UserError if the folder holds no metrics.jsonl."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
-    fig, axes = plt.subplots(2, 4, figsize=(20, 8))
-    for ax, (title, keys) in zip(axes.flat, PANELS, strict=True):
-        for key in keys:
-            points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), int | float)]
-            if points:
-                xs, ys = zip(*points, strict=True)
-                ax.plot(xs, ys, label=key.split("/", 1)[1], linewidth=1)
-                if key == "rollout/reward_mean":
-                    ax.plot(xs, trailing_mean(list(ys), SMOOTH_STEPS), linewidth=2,
-                            label=f"{SMOOTH_STEPS}-step mean")
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        if ax.lines:  # a panel with no metric yet gets no (empty) legend
-            ax.legend(fontsize=8)
+    rows = read_metrics(metrics_file(run_dir))
+    fig, axes = plt.subplots(2, 5, figsize=(25, 8))
+    for ax, panel in zip(axes.flat, PANELS, strict=True):
+        _draw(ax, rows, panel)
     fig.suptitle(os.path.basename(os.path.normpath(run_dir)))
     fig.tight_layout()
     path = out or os.path.join(run_dir, "curves.png")
     fig.savefig(path, dpi=80)
     plt.close(fig)
+    return path
+
+
+def _draw(ax, rows: list[dict], panel: Panel) -> None:
+    for key in panel.keys:
+        for name, xs, ys in series(rows, key):
+            label = name.split("/", 1)[1]
+            if panel.smooth:
+                line, = ax.plot(xs, ys, linewidth=0.6, alpha=0.3)
+                ax.plot(xs, trailing_mean(ys, SMOOTH_STEPS), linewidth=1.6,
+                        color=line.get_color(), label=f"{label} ({SMOOTH_STEPS}-step mean)")
+            else:
+                ax.plot(xs, ys, linewidth=1, label=label)
+    handles = list(ax.lines)
+    if panel.right:
+        twin = ax.twinx()
+        for key in panel.right:
+            for name, xs, ys in series(rows, key):
+                twin.plot(xs, ys, linewidth=1, color="tab:red", label=name.split("/", 1)[1])
+        twin.set_ylabel(panel.right_label)
+        handles += list(twin.lines)
+    ax.set_title(panel.title)
+    ax.set_xlabel("step")
+    ax.set_ylabel(panel.ylabel)
+    ax.grid(alpha=0.3)
+    labelled = [h for h in handles if not h.get_label().startswith("_")]
+    if labelled:  # a panel with no metric yet gets no (empty) legend
+        ax.legend(labelled, [h.get_label() for h in labelled], fontsize=7)
+
+
+def metrics_file(run_dir: str) -> str:
+    """RUN_DIR/metrics.jsonl; UserError naming what is missing."""
+    from arl.errors import UserError
+
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.isdir(run_dir):
+        raise UserError(f"no run directory at {run_dir}")
+    if not os.path.isfile(path):
+        raise UserError(f"{run_dir} holds no metrics.jsonl (is it a run directory? runs are "
+                        "in runs/<run_name>/)")
     return path

@@ -2,6 +2,7 @@
 
 Layout of `runs/<run_name>/`: config.json, metrics.jsonl (one JSON object per step),
 samples.jsonl (sample conversations every `wandb.samples_every` steps), curves.png,
+report.html (the curves and sample games, app/report.py),
 checkpoints/step_<n>/ and checkpoints/latest, wandb/. A previous run of the same name is moved aside
 to `<run_name>.prev-<k>`, never overwritten, unless the run resumes it (`resume=auto` and a
 checkpoint exists): then metrics.jsonl keeps its rows before the checkpoint's step and goes on.
@@ -16,12 +17,16 @@ import shutil
 from collections.abc import Sequence
 from typing import Any
 
+from app.plot import plot_run
+from app.report import write_report
 from app.sinks import JsonlLogger, WandbLogger
 from arl.config import Config, to_dict
+from arl.errors import UserError
 from arl.metrics import Metrics
 from arl.model_path import arl_home
-from arl.pointer import read_latest
+from arl.pointer import LATEST_FILE, read_latest
 from arl.types import EpisodeSummary
+from learner.checkpoint import MANIFEST_FILE
 
 # Set by Ray in the environment of a job's driver (`ray job submit`).
 RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
@@ -36,6 +41,12 @@ def output_root(output_dir: str) -> str:
     return os.path.join(arl_home(), output_dir)
 
 
+def run_dir(cfg: Config) -> str:
+    """The absolute path of the run's directory."""
+    return os.path.abspath(os.path.join(output_root(cfg.output_dir), cfg.run_name))
+
+
+REPORT_EVERY = 10  # steps between rewrites of report.html while the run goes
 PROGRESS_KEYS = (("rollout/reward_mean", "reward"), ("rollout/invalid_tool_call_rate", "invalid"))
 
 
@@ -44,7 +55,7 @@ class Run:
 
     def __init__(self, cfg: Config, progress: bool = True):
         self.cfg = cfg
-        self.dir = os.path.abspath(os.path.join(output_root(cfg.output_dir), cfg.run_name))
+        self.dir = run_dir(cfg)
         self.progress = progress
         self._sinks: list[Any] = []
         self._bar: Any = None
@@ -102,10 +113,27 @@ class Run:
     def has_checkpoint(self, step: int) -> bool:
         return os.path.isdir(self.checkpoint_dir(step))
 
+    def prune_checkpoints(self, keep: int) -> list[str]:
+        """Delete all but the newest `keep` checkpoints (0: keep all); the one `latest`
+        names is always kept. Returns the deleted folders."""
+        folder = os.path.join(self.dir, "checkpoints")
+        steps = sorted((n for n in os.listdir(folder) if _STEP_DIR.fullmatch(n)),
+                       key=lambda n: checkpoint_step(n))
+        pointed = read_latest(folder)
+        doomed = [n for n in steps[:-keep]] if keep else []
+        removed = []
+        for name in doomed:
+            if pointed is not None and pointed.name == name:
+                continue
+            shutil.rmtree(os.path.join(folder, name))
+            removed.append(os.path.join(folder, name))
+        return removed
+
     def log_samples(self, step: int, summaries: Sequence[EpisodeSummary]) -> None:
         """The episodes that carry a transcript, to samples.jsonl and the wandb table."""
         rows = [{"step": step, "group_id": s.group_id, "reward": s.reward,
-                 "outcome": str(s.info.get("outcome", "")), "conversation": s.transcript}
+                 "outcome": str(s.info.get("outcome", "")), "conversation": s.transcript,
+                 "messages": [m.as_dict() for m in s.messages]}
                 for s in summaries if s.transcript is not None]
         if not rows:
             return
@@ -117,6 +145,8 @@ class Run:
     def log(self, step: int, metrics: Metrics) -> None:
         for sink in self._sinks:
             sink.log(step, metrics)
+        if (step + 1) % REPORT_EVERY == 0:
+            write_report(self.dir, live=True)
         if self._bar is not None:
             shown = {label: f"{metrics[key]:.3f}" for key, label in PROGRESS_KEYS if key in metrics}
             shown["s/step"] = f"{metrics['timing/step']:.2f}"
@@ -129,9 +159,8 @@ class Run:
         for sink in self._sinks:
             sink.close()
         if os.path.exists(self.metrics_path) and os.path.getsize(self.metrics_path):
-            from app.plot import plot_run
-
             plot_run(self.dir)
+            write_report(self.dir, live=False)
 
 
 def _move_aside(path: str) -> None:
@@ -165,6 +194,28 @@ def latest_checkpoint(directory: str) -> str | None:
     if pointed is not None and _STEP_DIR.fullmatch(pointed.name):
         steps.append(str(pointed))
     return max(steps, key=checkpoint_step) if steps else None
+
+
+def resolve_checkpoint(path: str) -> str:
+    """The checkpoint (or model folder) `path` names: a checkpoint folder, a model folder,
+    a run directory or its `checkpoints/` (their newest checkpoint), or a `latest` pointer
+    file. Raises UserError saying what was found instead."""
+    if os.path.isfile(path) and os.path.basename(path) == LATEST_FILE:
+        pointed = read_latest(os.path.dirname(path) or ".")
+        if pointed is None:
+            raise UserError(f"{path} names no checkpoint next to it")
+        return str(pointed)
+    if not os.path.isdir(path):
+        raise UserError(f"no checkpoint, run directory or model folder at {path}")
+    if os.path.isfile(os.path.join(path, MANIFEST_FILE)) or os.path.isfile(
+            os.path.join(path, "config.json")):
+        return path
+    for folder in (os.path.join(path, "checkpoints"), path):
+        found = latest_checkpoint(folder)
+        if found is not None:
+            return found
+    raise UserError(f"{path} holds no checkpoint (a run writes them to "
+                    "runs/<name>/checkpoints/step_<n>) and no model (config.json)")
 
 
 def _remove_partial_checkpoints(directory: str) -> None:

@@ -8,20 +8,23 @@ a staleness bound (actors/pipeline.py). Everything heavy lives behind `actors/`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import signal
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from app.run import Run
+from app.run import Run, run_dir
 from arl.config import Config, require_extras
 from arl.gspo import group_advantages
 from arl.metrics import Metrics, rollout_metrics
+from envs.registry import OUTCOME_KINDS
 
 
 class NonFiniteError(RuntimeError):
@@ -47,9 +50,11 @@ def start_states(cfg: Config, step: int) -> StartStates:
 def train(cfg: Config, use_ray: bool = True) -> Metrics:
     """Run `cfg.steps` GSPO steps (sync or async mode); return the last step's metrics.
 
-    SIGTERM (`ray job stop`, `kill`) lets the current step finish, saves a checkpoint and
-    raises `Stopped`; `resume=auto` continues from there.
+    SIGTERM (`ray job stop`, `kill`) or Ctrl-C lets the current step finish, saves a
+    checkpoint and raises `Stopped`; `resume=auto` continues from there.
     """
+    # The first line of a run's (or a Ray job's) log says where its outputs go.
+    print(f"arl train: run directory {run_dir(cfg)}", flush=True)
     require_extras(cfg)  # before Ray starts: a missing extra is a config error
     from actors.loop import Cluster  # heavy (ray, torch models): imported when training starts
     from learner.gguf import prepare_model
@@ -57,7 +62,7 @@ def train(cfg: Config, use_ray: bool = True) -> Metrics:
     # A GGUF model is converted once into a cached HF directory that every worker loads.
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(
         cfg.model, path=prepare_model(cfg.model.path)))
-    with Run(cfg) as run, Cluster(cfg, use_ray=use_ray) as cluster, _StopOnSigterm() as stop:
+    with Run(cfg) as run, Cluster(cfg, use_ray=use_ray) as cluster, _StopOnSignal() as stop:
         resumed = cluster.load_checkpoint(run.resume_from) if run.resume_from else {}
         run.open_sinks(wandb_run_id=resumed.get("wandb_run_id"))
         cluster.push_weights(version=run.start_step)
@@ -69,7 +74,8 @@ def train(cfg: Config, use_ray: bool = True) -> Metrics:
                 _save_checkpoint(run, cluster, step + 1)
             keep, learner_metrics = done.keep, done.learner_metrics
             metrics = {
-                **rollout_metrics(done.batch.summaries, cfg.rollout.group_size),
+                **rollout_metrics(done.batch.summaries, cfg.rollout.group_size,
+                                  OUTCOME_KINDS.get(cfg.env.name, ())),
                 "rollout/masked_groups": float((~keep).sum() / cfg.rollout.group_size),
                 "rollout/actor_restarts": float(cluster.actor_restarts),
                 **learner_metrics,
@@ -85,8 +91,9 @@ def train(cfg: Config, use_ray: bool = True) -> Metrics:
                     f"applied (check the rewards and the learning rate); stopped after step "
                     f"{step + 1}"))
             if stop.requested:
-                _checkpoint_and_raise(run, cluster, step + 1, Stopped,
-                                      f"stopped by SIGTERM after step {step + 1}")
+                name = signal.Signals(stop.signum).name
+                _checkpoint_and_raise(run, cluster, step + 1, functools.partial(
+                    Stopped, signum=stop.signum), f"stopped by {name} after step {step + 1}")
         if not run.has_checkpoint(cfg.steps):
             _save_checkpoint(run, cluster, cfg.steps)
     return metrics
@@ -182,28 +189,46 @@ def _timing(times: tuple[float, float, float, float], t_end: float, sampled_toke
 
 
 class Stopped(RuntimeError):
-    """The run was asked to stop (SIGTERM) and saved a checkpoint first."""
+    """The run was asked to stop (SIGTERM, Ctrl-C) and saved a checkpoint first. `signum`
+    is the signal (the command exits with 128 + signum)."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum
 
 
-class _StopOnSigterm:
-    """Turns SIGTERM into a flag checked between steps. Only the main thread can install a
-    handler; elsewhere SIGTERM keeps its previous handler. Restores the handler on exit."""
+class _StopOnSignal:
+    """Turns SIGTERM and the first SIGINT (Ctrl-C) into a flag checked between steps; a
+    second SIGINT stops at once (KeyboardInterrupt). Only the main thread can install
+    handlers; elsewhere the signals keep theirs. Restores the handlers on exit."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self) -> None:
-        self.requested = False
-        self._previous: Any = None
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> _StopOnSigterm:
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def __enter__(self) -> _StopOnSignal:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
+            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
-        self.requested = True
+        if signum == signal.SIGINT and self.signum == signal.SIGINT:
+            raise KeyboardInterrupt  # the second Ctrl-C: stop now, without a checkpoint
+        if self.signum is None:
+            self.signum = signum
+            if signum == signal.SIGINT:
+                print("\narl: finishing this step, then saving a checkpoint "
+                      "(Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
 
 
 def _advantages(cfg: Config, summaries) -> tuple[np.ndarray, np.ndarray]:
@@ -218,13 +243,15 @@ def _advantages(cfg: Config, summaries) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _save_checkpoint(run: Run, cluster: Any, steps_done: int) -> None:
-    """The learner's checkpoint after `steps_done` steps, with the wandb run id to resume."""
+    """The learner's checkpoint after `steps_done` steps, with the wandb run id to resume;
+    then only the newest `learner.keep_checkpoints` are kept."""
     cluster.save_checkpoint(run.checkpoint_dir(steps_done), steps_done,
                             {"wandb_run_id": run.wandb_run_id})
+    run.prune_checkpoints(run.cfg.learner.keep_checkpoints)
 
 
 def _checkpoint_and_raise(run: Run, cluster: Any, steps_done: int,
-                          error: type[RuntimeError], message: str) -> None:
+                          error: Callable[[str], Exception], message: str) -> None:
     """Save a checkpoint after `steps_done` steps (unless checkpoint_every just did), then
     raise `error`: the run stops, and resume=auto continues from that checkpoint."""
     if not run.has_checkpoint(steps_done):

@@ -230,12 +230,12 @@ def _advance(
     ep.reward += reward
     ep.info = dict(result.info)
     ep.done = result.terminated or result.truncated or last_turn
+    history = [*ep.messages, Message("assistant", text)]
     if not ep.done:
         if not finished:  # close the cut-off turn so the template's next turn lines up
             ep.append([renderer.stop_id], sampled=False)
-        history = [*ep.messages, Message("assistant", text)]
         ep.append(renderer.reply_ids(history, result.messages, ep.start.tools), sampled=False)
-        ep.messages = [*history, *result.messages]
+    ep.messages = [*history, *result.messages]  # the conversation, the env's last word included
 
 
 def _finish(ep: _Episode, version: int) -> Trajectory:
@@ -251,6 +251,7 @@ def _finish(ep: _Episode, version: int) -> Trajectory:
         num_invalid_calls=ep.invalid_calls,
         info=ep.info,
         failure=ep.failure,
+        messages=tuple(ep.messages),
     )
 
 

@@ -23,9 +23,12 @@ OUTCOME_RATES = {
 }
 
 
-def rollout_metrics(summaries: Sequence[EpisodeSummary], group_size: int) -> Metrics:
+def rollout_metrics(summaries: Sequence[EpisodeSummary], group_size: int,
+                    outcome_kinds: Sequence[str] = ()) -> Metrics:
     """The seed's signals for one batch of episodes (groups are consecutive, `group_size` each):
-    reward, length, tool calls, actions (entropy and a per-square histogram), outcomes."""
+    reward, length, tool calls, actions (entropy and a per-square histogram), outcomes.
+    `rollout/outcome_<kind>` is logged for every kind in `outcome_kinds` (0 when none
+    occurred, so curves have no gaps) and for any other outcome that occurred."""
     rewards = np.array([s.reward for s in summaries], dtype=np.float64)
     turns = sum(s.num_turns for s in summaries)
     metrics = {
@@ -43,8 +46,8 @@ def rollout_metrics(summaries: Sequence[EpisodeSummary], group_size: int) -> Met
         ),
     }
     outcomes = Counter(str(s.info["outcome"]) for s in summaries if "outcome" in s.info)
-    for outcome, count in sorted(outcomes.items()):
-        metrics[f"rollout/outcome_{outcome}"] = count / len(summaries)
+    for outcome in sorted({*outcome_kinds, *outcomes}):
+        metrics[f"rollout/outcome_{outcome}"] = outcomes[outcome] / len(summaries)
     for key, names in OUTCOME_RATES.items():
         metrics[key] = sum(outcomes[n] for n in names) / len(summaries)
     return {**metrics, "rollout/action_hist": action_histogram(summaries)}

@@ -121,6 +121,8 @@ class Trajectory:
     sampler_logprobs  [T] float32: sampler's log-prob where loss_mask == 1, else 0
     failure           None, or why the episode failed (the env raised, or a reward or a
                       sampler log-prob was not finite): its group must not be trained on
+    messages          the conversation as messages (the env's last reply included), for
+                      transcripts; rollout workers drop it before trajectories travel
     """
 
     token_ids: np.ndarray
@@ -135,6 +137,7 @@ class Trajectory:
     info: dict[str, Any] = field(default_factory=dict)
     failure: str | None = None
     episode_id: int = -1  # unique in a run: group_id * group_size + index in the group
+    messages: tuple[Message, ...] = ()
 
     @property
     def response_len(self) -> int:
@@ -142,7 +145,8 @@ class Trajectory:
         return int(self.loss_mask.sum())
 
     def summary(self, transcript: str | None = None) -> EpisodeSummary:
-        """The array-free facts the driver needs for advantages and metrics."""
+        """The array-free facts the driver needs for advantages and metrics; with a
+        `transcript` (the decoded token ids), also the conversation as messages."""
         return EpisodeSummary(
             reward=self.reward,
             group_id=self.group_id,
@@ -155,6 +159,7 @@ class Trajectory:
             failure=self.failure,
             episode_id=self.episode_id,
             transcript=transcript,
+            messages=self.messages if transcript is not None else (),
         )
 
 
@@ -173,6 +178,7 @@ class EpisodeSummary:
     failure: str | None = None  # see Trajectory
     episode_id: int = -1  # see Trajectory
     transcript: str | None = None  # the decoded conversation, when the driver asked for it
+    messages: tuple[Message, ...] = ()  # the same conversation as messages (with a transcript)
 
 
 @dataclass(frozen=True)

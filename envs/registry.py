@@ -10,6 +10,12 @@ from envs.tictactoe import make_tictactoe
 from envs.tictactoe_move import TicTacToeMoveEnv
 
 ENV_NAMES = ("tictactoe_move", "tictactoe", "connect_four")
+# The `outcome` values each env reports on an episode's last step.
+OUTCOME_KINDS = {
+    "tictactoe_move": ("invalid_call", "illegal_move", "legal", "best", "win"),
+    "tictactoe": ("win", "draw", "loss", "invalid"),
+    "connect_four": ("win", "draw", "loss", "invalid"),
+}
 
 
 def make_env(cfg: EnvConfig, opponent: Opponent | None = None) -> Env:

@@ -8,6 +8,9 @@ A checkpoint is one directory:
     optimizer.json         the optimizer's param_groups and any non-tensor per-parameter values
     learner.json           version (learner steps done, which is also the LR-schedule position:
                            the schedule is a pure function of it), skipped_steps, extra_json
+    hf/                    the model folder without its weights: config.json, tokenizer and
+                           chat template files, so the checkpoint alone is a model that
+                           `arl eval` or `arl export` can load from anywhere (format 2)
     manifest.json          format, step, policy_version, and sha256 + size of every file above
 
 and next to it, in the parent directory, `latest`: the name of the newest checkpoint, replaced
@@ -36,7 +39,9 @@ from torch import Tensor
 from arl.errors import UserError
 from arl.pointer import write_latest
 
-FORMAT = 1
+FORMAT = 2
+READABLE_FORMATS = (1, 2)  # format 1: no hf/ folder (the model is the run's model.path)
+HF_DIR = "hf"
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_TENSORS_FILE = "optimizer.safetensors"
 OPTIMIZER_JSON_FILE = "optimizer.json"
@@ -78,10 +83,12 @@ class Checkpoint:
 
 
 def save_checkpoint(
-    directory: str | os.PathLike, state: LearnerState, step: int, extra_json: dict[str, Any]
+    directory: str | os.PathLike, state: LearnerState, step: int, extra_json: dict[str, Any],
+    model_files: dict[str, bytes] | None = None,
 ) -> Path:
     """Write `state` as a checkpoint at `directory` (which must not exist yet), then point
-    the parent's `latest` file at it, and return it.
+    the parent's `latest` file at it, and return it. `model_files` (file name -> bytes: the
+    model folder's config and tokenizer files, `model_folder_files`) go into hf/.
 
     `extra_json` must be JSON-serialisable (e.g. the run config, rollout RNG seeds). Raises
     FileExistsError if `directory` exists; TypeError or ValueError if anything meant for
@@ -103,8 +110,16 @@ def save_checkpoint(
         save_file(opt_tensors, str(tmp / OPTIMIZER_TENSORS_FILE))
         _write_json(tmp / OPTIMIZER_JSON_FILE, opt_json)
         _write_json(tmp / LEARNER_FILE, learner_json)
+        extra_files = []
+        if model_files:
+            (tmp / HF_DIR).mkdir()
+            for name, data in sorted(model_files.items()):
+                _require_plain_name(name)
+                (tmp / HF_DIR / name).write_bytes(data)
+                extra_files.append(f"{HF_DIR}/{name}")
+            _fsync_dir(tmp / HF_DIR)
         files = {}
-        for name in DATA_FILES:
+        for name in (*DATA_FILES, *extra_files):
             _fsync_file(tmp / name)
             files[name] = {"sha256": sha256_file(tmp / name), "bytes": (tmp / name).stat().st_size}
         manifest = {
@@ -129,14 +144,7 @@ def load_checkpoint(directory: str | os.PathLike) -> Checkpoint:
     mismatch (tampering, truncation), unknown format, or contents that do not parse.
     """
     root = Path(directory)
-    manifest = _read_json(root, MANIFEST_FILE)
-    if manifest.get("format") != FORMAT or not isinstance(manifest.get("files"), dict):
-        raise CheckpointError(f"{root / MANIFEST_FILE}: not a format-{FORMAT} checkpoint manifest")
-    if set(manifest["files"]) != set(DATA_FILES):
-        raise CheckpointError(
-            f"{root / MANIFEST_FILE}: lists {sorted(manifest['files'])}, "
-            f"expected {list(DATA_FILES)}"
-        )
+    manifest = read_manifest(root)
     for name, meta in manifest["files"].items():
         _verify(root / name, meta)
     opt_json = _read_json(root, OPTIMIZER_JSON_FILE)
@@ -155,6 +163,59 @@ def load_checkpoint(directory: str | os.PathLike) -> Checkpoint:
         return Checkpoint(state=state, step=int(manifest["step"]), extra_json=learner_json["extra"])
     except (KeyError, ValueError, TypeError) as err:
         raise CheckpointError(f"{root}: checkpoint contents do not parse: {err!r}") from err
+
+
+def read_manifest(root: Path) -> dict[str, Any]:
+    """The manifest of the checkpoint at `root`, checked for its format and file list
+    (files are not read). Raises CheckpointError."""
+    if not root.is_dir():
+        raise CheckpointError(f"no checkpoint at {root}")
+    manifest = _read_json(root, MANIFEST_FILE)
+    if (manifest.get("format") not in READABLE_FORMATS
+            or not isinstance(manifest.get("files"), dict)):
+        raise CheckpointError(f"{root / MANIFEST_FILE}: not a checkpoint manifest of format "
+                              f"{' or '.join(map(str, READABLE_FORMATS))}")
+    names = set(manifest["files"])
+    extra = names - set(DATA_FILES)
+    if not set(DATA_FILES) <= names or any(
+            not n.startswith(f"{HF_DIR}/") or "/" in n[len(HF_DIR) + 1:] or ".." in n
+            for n in extra):
+        raise CheckpointError(
+            f"{root / MANIFEST_FILE}: lists {sorted(names)}, expected {list(DATA_FILES)} "
+            f"and files under {HF_DIR}/"
+        )
+    return manifest
+
+
+def model_dir(root: str | os.PathLike) -> Path | None:
+    """The hf/ folder of a checkpoint (config and tokenizer, no weights), None in format 1."""
+    path = Path(root) / HF_DIR
+    return path if (path / "config.json").is_file() else None
+
+
+# Weights and other large artefacts never travel in hf/: the checkpoint's own
+# model.safetensors holds the weights.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".ckpt",
+                    ".onnx", ".index.json")
+MODEL_FILE_MAX_BYTES = 64 * 2**20
+
+
+def model_folder_files(path: str | os.PathLike) -> dict[str, bytes]:
+    """The files of a HF model folder that describe it without its weights (config,
+    generation config, tokenizer, chat template): every plain file at its top level but the
+    weight files and hidden files, each at most 64 MiB."""
+    out = {}
+    for entry in sorted(Path(path).iterdir()):
+        if (entry.is_file() and not entry.name.startswith(".")
+                and not entry.name.endswith(_WEIGHT_SUFFIXES)
+                and entry.stat().st_size <= MODEL_FILE_MAX_BYTES):
+            out[entry.name] = entry.read_bytes()
+    return out
+
+
+def _require_plain_name(name: str) -> None:
+    if not name or "/" in name or "\\" in name or name.startswith(".") or name != Path(name).name:
+        raise ValueError(f"model file name {name!r} must be a plain file name")
 
 
 def _flatten_optimizer(state_dict: dict[str, Any]) -> tuple[dict[str, Tensor], dict[str, Any]]:

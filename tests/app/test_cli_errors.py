@@ -1,0 +1,104 @@
+"""Every mistake a user can make at the command line: one line on stderr naming what is wrong
+and what to do, exit status 2, no traceback (the `arl` command in a real subprocess)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _arl(*args: str, env: dict | None = None, cwd: pathlib.Path = ROOT):
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=cwd, timeout=120,
+                          capture_output=True, text=True, env={**os.environ, **(env or {})})
+
+
+def _one_line_exit_2(out: subprocess.CompletedProcess, *fragments: str) -> str:
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()
+             and "Setting accelerator to CPU" not in line]  # DeepSpeed's import notice
+    assert len(lines) == 1, out.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def test_malformed_yaml_names_the_file_and_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("steps: 3\nrollout:\n  group_size: [4\n")
+    _one_line_exit_2(_arl("train", str(bad)), "bad.yaml:", "not valid YAML")
+
+
+def test_yaml_that_is_not_a_mapping(tmp_path):
+    bad = tmp_path / "list.yaml"
+    bad.write_text("- steps\n- 3\n")
+    _one_line_exit_2(_arl("train", str(bad)), "list.yaml", "mapping")
+
+
+def test_unknown_key_suggests_the_closest():
+    _one_line_exit_2(_arl("train", "configs/ci.yaml", "rollout.grup_size=4"),
+                     "rollout.grup_size", "did you mean 'rollout.group_size'")
+
+
+def test_unknown_key_in_a_file_suggests_the_closest(tmp_path):
+    bad = tmp_path / "typo.yaml"
+    bad.write_text("learner:\n  lrr: 0.1\n")
+    _one_line_exit_2(_arl("config", "show", str(bad)), "learner.lrr",
+                     "did you mean 'learner.lr'")
+
+
+def test_hub_id_without_a_hub(tmp_path):
+    out = _arl("train", "configs/ci.yaml", "model.path=Qwen/Qwen2.5-0.5B-Instruct",
+               f"output_dir={tmp_path}",
+               env={"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")})
+    _one_line_exit_2(out, "Qwen/Qwen2.5-0.5B-Instruct", "could not be downloaded")
+    assert "Ray" not in out.stdout + out.stderr  # it failed before Ray started
+
+
+def test_missing_model_built_by_arl_says_to_warm_start(tmp_path):
+    out = _arl("train", "configs/ci.yaml", env={"ARL_HOME": str(tmp_path)})
+    _one_line_exit_2(out, "model.path", "arl warmstart")
+
+
+@pytest.mark.parametrize("args", [
+    ("eval", "--checkpoint", "/no/such/checkpoint"),
+    ("eval", "--checkpoint", "{tmp}"),
+    ("export", "/no/such/checkpoint", "{tmp}/out"),
+    ("play", "/no/such/checkpoint"),
+])
+def test_checkpoint_that_does_not_exist(args, tmp_path):
+    args = tuple(a.format(tmp=tmp_path) for a in args)
+    _one_line_exit_2(_arl(*args), "checkpoint")
+
+
+def test_a_corrupt_checkpoint(tmp_path):
+    ckpt = tmp_path / "checkpoints" / "step_000001"
+    ckpt.mkdir(parents=True)
+    (ckpt / "manifest.json").write_text("{not json")
+    _one_line_exit_2(_arl("eval", "--checkpoint", str(tmp_path)), "manifest.json",
+                     "not valid JSON")
+
+
+def test_plot_of_a_missing_run(tmp_path):
+    _one_line_exit_2(_arl("plot", str(tmp_path / "nope")), "no run directory")
+    _one_line_exit_2(_arl("plot", str(tmp_path)), "metrics.jsonl")
+
+
+def test_plan_of_a_config_only_model_without_prompt_tokens():
+    out = _arl("plan", "configs/gpu_one.yaml", "model.path=configs/models/qwen3-1.7b")
+    _one_line_exit_2(out, "--prompt-tokens")
+
+
+def test_bad_positions_file(tmp_path, warm_model_dir):
+    bad = tmp_path / "p.jsonl"
+    bad.write_text('{"board": "X........", "to_move": "O", "good_moves": [1]}\n')
+    _one_line_exit_2(_arl("eval", "--checkpoint", warm_model_dir, "--positions", str(bad)),
+                     "p.jsonl:1")
+    _one_line_exit_2(_arl("eval", "--checkpoint", warm_model_dir, "--positions",
+                          str(tmp_path / "none.jsonl")), "cannot read")
