@@ -29,8 +29,12 @@ def write_report(run_dir: str, live: bool = False) -> str:
     """Write RUN_DIR/report.html from metrics.jsonl and samples.jsonl; return its path."""
     rows = read_metrics(metrics_file(run_dir))
     games = _games(os.path.join(run_dir, "samples.jsonl"))
-    charts = [svg_chart(p.title, p.ylabel, _panel_series(rows, p.keys + p.right), p.smooth)
-              for p in PANELS]
+    charts = []
+    for p in PANELS:  # a second axis becomes a chart of its own
+        charts.append(svg_chart(p.title, p.ylabel, _panel_series(rows, p.keys), p.smooth))
+        if p.right:
+            charts.append(svg_chart(p.right_label, p.right_label,
+                                    _panel_series(rows, p.right), p.smooth))
     name = os.path.basename(os.path.normpath(run_dir))
     page = PAGE.format(
         title=html.escape(name),
@@ -109,10 +113,9 @@ def svg_chart(title: str, ylabel: str, lines, smooth: bool) -> str:
         parts.append(f'<line x1="{PAD_L}" x2="{W - PAD_R}" y1="{py(y):.1f}" y2="{py(y):.1f}" '
                      'class="g"/>')
         parts.append(f'<text x="{PAD_L - 4}" y="{py(y) + 4:.1f}" text-anchor="end">{y:.3g}</text>')
-    for i in range(5):  # x ticks
-        x = x0 + (x1 - x0) * i / 4
+    for x in sorted({round(x0 + (x1 - x0) * i / 4) for i in range(5)}):  # x ticks
         parts.append(f'<text x="{px(x):.1f}" y="{H - PAD_B + 14}" text-anchor="middle">'
-                     f'{x:.0f}</text>')
+                     f'{x}</text>')
     parts.append(f'<text x="{W / 2}" y="{H - 4}" text-anchor="middle">step</text>')
     parts.append(f'<text transform="translate(12 {H / 2}) rotate(-90)" text-anchor="middle">'
                  f'{html.escape(ylabel)}</text>')

@@ -1,0 +1,134 @@
+"""Checkpoints a person can use: `arl eval` finds them from a run directory, `latest` or
+step_<n>, from any working directory; `arl export` writes a model folder that transformers
+loads unchanged and that plays the same greedy moves; old checkpoints are pruned."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from app.cli import main
+from app.run import resolve_checkpoint
+from arl.config import LearnerConfig, LoraConfig
+from learner.checkpoint import MANIFEST_FILE, load_checkpoint, model_dir
+
+
+def _learner_checkpoint(model_dir_: str, path, lora: int = 0):
+    """A real learner's checkpoint after one update (weights differ from the model's)."""
+    from actors.learner import LearnerWorker
+    from arl.config import ModelConfig
+    from tests.builders import random_trajectories
+
+    cfg = LearnerConfig(mini_batches=1, micro_batch_size=8, lr=1e-4,
+                        lora=LoraConfig(rank=lora, alpha=8.0))
+    worker = LearnerWorker(ModelConfig(path=model_dir_, dtype="float32"), cfg, 2, 0, 1.0, 1)
+    trajectories, advantages = random_trajectories(worker.learner.pad_id, 8, seed=1)
+    worker.step(advantages, np.ones(8, dtype=bool), trajectories)
+    worker.save_checkpoint(str(path), 1, {"config": {"model": {"path": model_dir_},
+                                                     "learner": {"lora": {
+                                                         "rank": lora, "alpha": 8.0,
+                                                         "target_modules": list(
+                                                             cfg.lora.target_modules)}}}})
+    return path
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, warm_model_dir):
+    root = tmp_path_factory.mktemp("run") / "myrun"
+    _learner_checkpoint(warm_model_dir, root / "checkpoints" / "step_000001")
+    return root
+
+
+def test_checkpoint_found_from_run_dir_latest_and_step(run_dir):
+    step = str(run_dir / "checkpoints" / "step_000001")
+    for given in (run_dir, run_dir / "checkpoints", run_dir / "checkpoints" / "latest", step):
+        assert resolve_checkpoint(str(given)) == step
+
+
+def test_checkpoint_is_self_contained(run_dir, tmp_path, monkeypatch, capsys):
+    ckpt = run_dir / "checkpoints" / "step_000001"
+    assert (model_dir(ckpt) / "tokenizer.json").is_file()
+    assert not list(model_dir(ckpt).glob("*.safetensors"))  # the weights are the learner's
+    load_checkpoint(ckpt)  # hashes of hf/ included
+    monkeypatch.chdir(tmp_path)  # from another directory: nothing relative to the run
+    positions = tmp_path / "p.jsonl"
+    positions.write_text('{"board": "XX.OO....", "to_move": "X", "good_moves": [3]}\n')
+    assert main(["eval", "--checkpoint", str(run_dir / "checkpoints" / "latest"),
+                 "--positions", str(positions), "--max-new-tokens", "24"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["positions"] == 1
+
+
+def test_tampered_model_file_in_a_checkpoint_is_refused(run_dir, tmp_path):
+    import shutil
+
+    from learner.checkpoint import CheckpointError
+
+    copy = tmp_path / "step_000001"
+    shutil.copytree(run_dir / "checkpoints" / "step_000001", copy)
+    (copy / "hf" / "config.json").write_text("{}")
+    with pytest.raises(CheckpointError, match="config.json"):
+        load_checkpoint(copy)
+
+
+def _greedy_squares(engine, n: int = 20) -> list:
+    from actors.evaluate import _renderer
+    from arl.config import EnvConfig
+    from arl.episode import run_episodes
+    from arl.types import SamplingParams
+    from envs.registry import make_env
+
+    starts = [(make_env(EnvConfig()), 500 + i, i) for i in range(n)]
+    played = run_episodes(engine, _renderer(engine), starts, SamplingParams(0.0, 1.0, 32, 0), 1)
+    return [(t.info.get("outcome"), t.info.get("square")) for t in played]
+
+
+@pytest.mark.parametrize("lora", [0, 4])
+def test_export_loads_with_transformers_and_plays_like_eval(lora, warm_model_dir, tmp_path,
+                                                            capsys):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from actors.engines.hf import HFEngine
+    from actors.evaluate import load_policy
+
+    ckpt = _learner_checkpoint(warm_model_dir, tmp_path / "run" / "checkpoints" / "step_000001",
+                               lora=lora)
+    out = tmp_path / "exported"
+    assert main(["export", str(tmp_path / "run"), str(out)]) == 0
+    assert "exported" in capsys.readouterr().out
+    model = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(out, local_files_only=True)
+    assert tokenizer.chat_template and not any(".lora_" in n for n, _ in model.named_parameters())
+    trained = load_checkpoint(ckpt).state.model
+    if not lora:  # the exported weights are the learner's, bit for bit
+        for name, param in model.named_parameters():
+            assert torch.equal(param, trained[name]), name
+    exported = _greedy_squares(HFEngine(str(out), dtype="float32"))
+    assert exported == _greedy_squares(load_policy(str(ckpt), "float32"))
+    base = _greedy_squares(HFEngine(warm_model_dir, dtype="float32"))
+    assert len(set(exported)) > 1 and os.path.isfile(out / "config.json") and base
+
+
+def test_export_refuses_a_full_folder(run_dir, tmp_path):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    assert main(["export", str(run_dir), str(tmp_path / "full")]) == 2
+
+
+def test_keep_checkpoints_prunes_all_but_the_newest(tmp_path, warm_model_dir):
+    from app.run import Run
+    from arl.config import load_config
+
+    cfg = load_config(["configs/ci.yaml"], [f"model.path={warm_model_dir}",
+                                            f"output_dir={tmp_path}"])
+    with Run(cfg, progress=False) as run:
+        for step in (1, 2, 3, 4):
+            _learner_checkpoint(warm_model_dir, run.checkpoint_dir(step))
+        removed = run.prune_checkpoints(2)
+        left = sorted(os.listdir(os.path.join(run.dir, "checkpoints")))
+    assert [os.path.basename(r) for r in removed] == ["step_000001", "step_000002"]
+    assert left == ["latest", "step_000003", "step_000004"]
+    assert os.path.isfile(os.path.join(run.dir, "checkpoints", "step_000004", MANIFEST_FILE))

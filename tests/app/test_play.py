@@ -1,0 +1,34 @@
+"""`arl play`: a person plays the agent through standard input, to the end of a game."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ENDINGS = ("The agent wins.", "You win.", "Draw.", "The agent made an invalid move")
+
+
+@pytest.mark.parametrize("you", ["X", "O"])
+def test_a_person_plays_a_whole_game_through_stdin(you, warm_model_dir):
+    # The person tries every square in order; taken ones are refused and asked again.
+    moves = "".join(f"{sq}\n" for sq in range(1, 10)) * 2
+    out = subprocess.run([sys.executable, "-m", "app.cli", "play", warm_model_dir, "--you", you],
+                         cwd=ROOT, input=moves, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = out.stdout
+    assert f"you play {you}" in text
+    assert text.count("agent plays") >= 1
+    assert any(line.strip().startswith(ENDINGS) for line in text.splitlines()), text[-1500:]
+    assert "|" in text  # the board was drawn
+    if "agent plays square" in text:  # a valid call shows its probability
+        assert "(p = " in text
+
+
+def test_quitting_mid_game(warm_model_dir):
+    out = subprocess.run([sys.executable, "-m", "app.cli", "play", warm_model_dir, "--you", "X"],
+                         cwd=ROOT, input="q\n", capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "bye" in out.stdout
