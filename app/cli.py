@@ -122,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"arl {args.command}: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # a second Ctrl-C during training, or one anywhere else
+        print(f"arl {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 def _train(args: argparse.Namespace) -> int:

@@ -25,7 +25,7 @@ OUTCOME_RATES = {
 
 def rollout_metrics(summaries: Sequence[EpisodeSummary], group_size: int,
                     outcome_kinds: Sequence[str] = ()) -> Metrics:
-    """The seed's signals for one batch of episodes (groups are consecutive, `group_size` each):
+    """The rollout signals of one batch of episodes (groups are consecutive, `group_size` each):
     reward, length, tool calls, actions (entropy and a per-square histogram), outcomes.
     `rollout/outcome_<kind>` is logged for every kind in `outcome_kinds` (0 when none
     occurred, so curves have no gaps) and for any other outcome that occurred."""

@@ -1,7 +1,9 @@
-"""The seed task: one tic-tac-toe move per episode, scored against perfect play.
+"""The one-move task: one tic-tac-toe move per episode, scored against perfect play.
 
 Board distribution (`opening_board`): from the empty board, play k uniformly random moves with
-k uniform in 2..7 (X first), and draw again while the result is won or full. The agent is
+k uniform in 2..7 (X first), and draw again while the result is won or full, or belongs to
+the tenth of symmetry classes held out for evaluation (`rules.held_out`: the positions files
+of `envs/tictactoe_positions.py` come from those, so they are boards training never shows). The agent is
 whoever is to move, so it plays X on even k and O on odd k. Boards start with at least two
 marks: on the empty or one-mark board nearly every move is minimax-best and no move is
 illegal, so those positions say little about the policy.
@@ -37,7 +39,7 @@ def opening_board(seed: int) -> rules.Board:
             if rules.is_terminal(board):
                 break
             board = rules.play(board, rng.choice(rules.legal_moves(board)), rules.to_move(board))
-        if not rules.is_terminal(board):
+        if not rules.is_terminal(board) and not rules.held_out(board):
             return board
 
 

@@ -9,6 +9,7 @@ search functions take the player to move explicitly and never assume it.
 from __future__ import annotations
 
 import functools
+import hashlib
 
 EMPTY = "."
 MARKS = ("X", "O")
@@ -103,6 +104,37 @@ def best_moves(board: Board, player: str) -> tuple[int, ...]:
     scores = {m: -value(play(board, m, player), other(player)) for m in moves}
     top = max(scores.values())
     return tuple(m for m in moves if scores[m] == top)
+
+
+# The 8 symmetries of the square (rotations and reflections), as cell permutations:
+# symmetry s maps board to tuple(board[i] for i in s).
+_ROTATE = (6, 3, 0, 7, 4, 1, 8, 5, 2)
+_MIRROR = (2, 1, 0, 5, 4, 3, 8, 7, 6)
+
+
+def _symmetries() -> tuple[tuple[int, ...], ...]:
+    out, perm = [], tuple(range(9))
+    for _ in range(4):
+        out += [perm, tuple(perm[i] for i in _MIRROR)]
+        perm = tuple(perm[i] for i in _ROTATE)
+    return tuple(out)
+
+
+SYMMETRIES = _symmetries()
+HOLDOUT_SHARE = 10  # one class of boards in this many is held out of training
+
+
+def canonical(board: Board) -> str:
+    """The board's symmetry class, as the smallest of its 8 rotations and reflections."""
+    return min("".join(board[i] for i in perm) for perm in SYMMETRIES)
+
+
+def held_out(board: Board) -> bool:
+    """Whether the board's symmetry class is kept out of training (a fixed tenth of the
+    classes, by hash), so that evaluation positions drawn from them are boards the policy
+    never trained on, in any orientation."""
+    digest = hashlib.sha256(canonical(board).encode()).digest()
+    return int.from_bytes(digest[:8], "big") % HOLDOUT_SHARE == 0
 
 
 def render(board: Board) -> str:

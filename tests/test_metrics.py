@@ -13,7 +13,7 @@ from arl.metrics import action_histogram, rollout_metrics
 from arl.types import EpisodeSummary
 
 REQUIRED = (
-    # the seed's signals
+    # the rollout signals
     "rollout/reward_mean", "rollout/response_len", "rollout/tool_calls_per_episode",
     "rollout/invalid_tool_call_rate", "rollout/action_entropy", "rollout/action_hist",
     # GSPO diagnostics

@@ -1,4 +1,4 @@
-"""The seed task's reward table, one entry at a time, on boards picked by seed."""
+"""The one-move task's reward table, one entry at a time, on boards picked by seed."""
 
 from collections.abc import Callable
 

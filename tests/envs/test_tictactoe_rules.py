@@ -111,3 +111,19 @@ def test_best_moves_include_every_immediate_win():
     assert rules.winning_moves(board, "O") == (6,) and 6 in best_moves(board, "O")
     # Not taking the win and not blocking 6 throws the won game away.
     assert 7 not in best_moves(board, "X")
+
+
+def test_symmetry_classes_and_the_held_out_tenth():
+    from envs.tictactoe_positions import reachable
+
+    boards = reachable()
+    assert len(boards) == 4520  # every non-terminal position reachable from the empty board
+    classes = {rules.canonical(b) for b in boards}
+    assert len(classes) == 627
+    corner = tuple("X........")
+    assert {rules.canonical(tuple(corner[i] for i in s)) for s in rules.SYMMETRIES} == {
+        rules.canonical(corner)}
+    held = {c for c in classes if rules.held_out(tuple(c))}
+    assert 0.08 < len(held) / len(classes) < 0.14
+    for board in boards:  # a class is held out whole, in every orientation
+        assert rules.held_out(board) == (rules.canonical(board) in held)
