@@ -15,7 +15,7 @@ PIP := $(VENV)/bin/python -m pip
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 DEMO_CONFIG ?= configs/tictactoe_move.yaml
 
-.PHONY: demo test test-slow test-vllm venv venv-vllm warmstart clean
+.PHONY: demo test test-slow test-vllm lint venv venv-vllm warmstart clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,13 @@ demo: warmstart
 
 test: venv
 	$(VENV)/bin/python -m pytest -q
+
+# ruff (style, imports, bandit's security rules) and vulture (dead code; .vulture_allow.py
+# names what only Ray, http.server or pytest call).
+LINTED := arl envs learner actors warmstart app tests bench
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/vulture $(LINTED) .vulture_allow.py --min-confidence 60
 
 # The slow tests include a real pretrained model shipped as a GGUF file inside a PyPI package.
 test-slow: venv

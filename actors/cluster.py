@@ -1,147 +1,107 @@
-"""Connecting to Ray: join a running cluster, or start an embedded one bound to localhost."""
+"""The training loop's view of the cluster: one handle over the rollout pool, the learner
+group and the weight sync, which hides Ray from the driver.
+
+It connects (or runs in-process), places the actors, ships the model folder to nodes that do
+not see it, and cleans up on exit: an embedded Ray cluster it started is shut down again.
+"""
 
 from __future__ import annotations
 
-import logging
-import os
 from typing import Any
 
-import ray
+import numpy as np
 
-from arl.config import Config, RayConfig
+from actors import connect, placement
+from actors.learner_group import LearnerGroup
+from actors.model_files import cluster_nodes, ship
+from actors.rollout_pool import RolloutBatch, RolloutPool
+from actors.weight_sync import WeightSync, make_weight_sync
+from arl.config import Config
 
-log = logging.getLogger(__name__)
 
+class Cluster:
+    """Rollout and learner actors for one run (a context manager that cleans up)."""
 
-def connect(cfg: RayConfig) -> str:
-    """Initialise Ray in this process; return "existing" or "embedded".
+    def __init__(self, cfg: Config, use_ray: bool = True):
+        self.cfg = cfg
+        self.use_ray = use_ray
+        self.how = "in-process"
+        self.learner: LearnerGroup | None = None
+        self.rollout: RolloutPool | None = None
+        self.sync: WeightSync | None = None
+        self._group: Any = None  # the placement group, if any
 
-    address=auto joins the cluster named by RAY_ADDRESS or started with `ray start` on this
-    machine (this is how `ray job submit` runs us), and otherwise starts an embedded cluster.
-    address=local always starts an embedded one; any other value is a cluster address.
-    An embedded cluster binds to `cfg.host` with the dashboard off unless configured.
-    """
-    if ray.is_initialized():
-        return "existing"
-    # Workers inherit this process's environment; never hand them secrets through runtime_env.
-    if cfg.address not in ("auto", "local"):
-        ray.init(address=cfg.address, log_to_driver=True)
-        return "existing"
-    if cfg.address == "auto":
+    def __enter__(self) -> Cluster:
+        """Connect and start the actors. If anything fails here, an embedded cluster this
+        call started is shut down again before the error propagates."""
         try:
-            ray.init(address="auto", log_to_driver=True)
-            return "existing"
-        except ConnectionError:
-            log.info("no running Ray cluster found; starting an embedded one")
-    if cfg.host in ("127.0.0.1", "localhost", "::1"):
-        _keep_on_loopback()
-    ray.init(
-        address="local",
-        num_cpus=cfg.num_cpus or os.cpu_count(),
-        include_dashboard=cfg.dashboard,
-        dashboard_host=cfg.host,
-        _node_ip_address=cfg.host,
-        log_to_driver=True,
-        configure_logging=False,
-    )
-    return "embedded"
+            self._start(self.cfg)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
 
+    def _start(self, cfg: Config) -> None:
+        if not self.use_ray and cfg.learner.num_workers > 1:
+            raise ValueError("learner.num_workers > 1 needs Ray (use_ray=True)")
+        if not self.use_ray and cfg.weight_sync.transport != "object_store":
+            raise ValueError("weight_sync.transport nccl | gloo needs Ray (use_ray=True)")
+        learner_at = rollout_at = shipped = None
+        if self.use_ray:
+            self.how = connect.connect(cfg.ray)
+            placement.require_resources(cfg)
+            self._group, learner_at, rollout_at = placement.actor_placement(cfg)
+            # Nodes that do not see the driver's model folder get it through the object store.
+            shipped = ship(cfg.model.path) if cluster_nodes() > 1 else None
+        self.learner = LearnerGroup(cfg, self.use_ray, learner_at, shipped)
+        self.rollout = RolloutPool(cfg, self.use_ray, rollout_at, shipped)
+        self.sync = make_weight_sync(cfg, self.learner, self.rollout.group)
+        self.rollout.restore = self.sync.restore
 
-def require_resource(needed: float, what: str, resource: str = "CPU") -> None:
-    """Raise RuntimeError if the cluster has less of `resource` (CPU, GPU) than the actors
-    will reserve: Ray would otherwise wait forever for the missing part, silently."""
-    total = ray.cluster_resources().get(resource, 0.0)
-    if needed > total:
-        hint = ("raise ray.num_cpus (an embedded cluster) or lower the actors' CPUs"
-                if resource == "CPU" else f"start nodes that offer {resource} (`ray start "
-                f"--resources ...` for custom ones) or lower what the actors reserve")
-        raise RuntimeError(
-            f"the actors reserve {needed:g} {resource}s ({what}) but the Ray cluster has "
-            f"{total:g}; {hint}")
+    @property
+    def actor_restarts(self) -> int:
+        return self.rollout.actor_restarts
 
+    def collect(self, env_seeds: list[int], group_ids: list[int], seed: int,
+                transcripts: int = 0) -> RolloutBatch:
+        """One step's groups, played by every rollout worker (RolloutPool.collect)."""
+        return self.rollout.collect(env_seeds, group_ids, seed, transcripts)
 
-def require_resources(cfg: Config) -> None:
-    """Fail now, naming the keys, if the actors ask for more than the cluster has."""
-    m, w = cfg.learner.num_workers, cfg.rollout.num_workers
-    require_resource(m * cfg.learner.cpus + w * cfg.rollout.cpus_per_worker,
-                     "learner.num_workers * learner.cpus + rollout.num_workers * "
-                     "rollout.cpus_per_worker")
-    gpus = m * cfg.learner.gpus + w * cfg.rollout.gpus_per_worker
-    if gpus > 0:
-        require_resource(gpus, "learner.num_workers * learner.gpus + "
-                         "rollout.num_workers * rollout.gpus_per_worker", "GPU")
-    for name in set(cfg.learner.resources) | set(cfg.rollout.resources):
-        needed = (m * cfg.learner.resources.get(name, 0.0)
-                  + w * cfg.rollout.resources.get(name, 0.0))
-        require_resource(needed, f"learner.num_workers * learner.resources.{name} + "
-                         f"rollout.num_workers * rollout.resources.{name}", name)
+    def learner_step(self, batch: RolloutBatch, advantages: np.ndarray,
+                     keep: np.ndarray) -> dict[str, Any]:
+        """One learner step on the batch's trajectories where `keep` is true."""
+        return self.learner.get(self.submit_learner_step(batch, advantages, keep))
 
+    def submit_learner_step(self, batch: RolloutBatch, advantages: np.ndarray,
+                            keep: np.ndarray) -> Any:
+        """Start `learner_step`; return the reference to its metrics."""
+        return self.learner.submit_step(advantages, keep, batch.trajectory_refs)
 
-def actor_placement(cfg: Config) -> tuple[Any, list | None, list | None]:
-    """(the placement group or None, a scheduling strategy per learner rank, one per rollout
-    worker) as `ray.placement` asks: none leaves placement to Ray; otherwise one group holds
-    a bundle per actor, learner ranks first, each bundle exactly what its actor reserves
-    (fractional GPUs included: two actors with 0.5 each can share one GPU)."""
-    if cfg.ray.placement == "none":
-        return None, None, None
-    m, w = cfg.learner.num_workers, cfg.rollout.num_workers
-    learner = {"CPU": cfg.learner.cpus, "GPU": cfg.learner.gpus, **cfg.learner.resources}
-    rollout = {"CPU": cfg.rollout.cpus_per_worker, "GPU": cfg.rollout.gpus_per_worker,
-               **cfg.rollout.resources}
-    group = place(cfg.ray.placement, [learner] * m + [rollout] * w,
-                  cfg.ray.placement_timeout_s, f"{cfg.run_name}-actors")
-    return (group, [in_bundle(group, i) for i in range(m)],
-            [in_bundle(group, m + i) for i in range(w)])
+    def publish_weights(self, version: int) -> list[Any]:
+        """Send the learner's weights as `version` and queue a load on every rollout worker
+        without waiting; return the loads' references."""
+        self.rollout.version = version
+        return self.sync.publish(version)
 
+    def push_weights(self, version: int) -> None:
+        """`publish_weights`, then wait until every rollout worker has loaded them."""
+        self.rollout.wait_loads(self.publish_weights(version))
+        self.sync.finish()
 
-def place(strategy: str, bundles: list[dict[str, float]], timeout_s: float, name: str):
-    """Reserve one placement group: a bundle per actor, placed by `strategy` (pack: as few
-    nodes as possible; spread: as many; strict_*: exactly so, or not at all). Returns
-    the group. Raises RuntimeError naming `ray.placement` if Ray cannot place it in time."""
-    from ray.util import placement_group, remove_placement_group
+    def load_checkpoint(self, directory: str) -> dict[str, Any]:
+        """Restore the learner from `directory`; return the `extra` JSON that
+        `save_checkpoint` stored. Push weights afterwards to bring the rollout workers to
+        the same version."""
+        return self.learner.load_checkpoint(directory)
 
-    # Ray refuses zero amounts in a bundle: an actor that needs no GPU asks for none.
-    bundles = [{k: v for k, v in b.items() if v > 0} for b in bundles]
-    group = placement_group(bundles, strategy=strategy.upper(), name=name)
-    ready, _ = ray.wait([group.ready()], timeout=timeout_s)
-    if not ready:
-        remove_placement_group(group)
-        raise RuntimeError(
-            f"Ray could not place the actors' bundles {bundles} with ray.placement="
-            f"{strategy} within {timeout_s:g}s (ray.placement_timeout_s): the nodes lack the "
-            "resources, or strict_spread asks for more nodes than there are")
-    return group
+    def save_checkpoint(self, directory: str, step: int, extra: dict[str, Any]) -> None:
+        """Checkpoint the learner after `step` steps, with the run config and `extra` (JSON)."""
+        self.learner.save_checkpoint(directory, step, extra)
 
-
-def in_bundle(group, index: int):
-    """The scheduling strategy that puts an actor into bundle `index` of `group`."""
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-    return PlacementGroupSchedulingStrategy(placement_group=group,
-                                            placement_group_bundle_index=index)
-
-
-def unplace(group) -> None:
-    from ray.util import remove_placement_group
-
-    if group is not None and ray.is_initialized():
-        remove_placement_group(group)
-
-
-def _keep_on_loopback() -> None:
-    """Make an embedded cluster listen on the loopback address only.
-
-    On Linux, Ray replaces a loopback node address with the machine's routable IP, so every
-    Ray server would listen on the network. Ray's own switch for single-machine clusters
-    (the one it uses on macOS and Windows) keeps them on loopback; it is read through the
-    module at call time, and the environment variable carries it to child processes.
-    """
-    from ray._private import ray_constants
-
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    ray_constants.ENABLE_RAY_CLUSTER = False
-
-
-def shutdown() -> None:
-    if ray.is_initialized():
-        ray.shutdown()
+    def __exit__(self, *exc: object) -> None:
+        for part in (self.rollout, self.learner):
+            if part is not None:
+                part.close()
+        placement.unplace(self._group)
+        if self.use_ray and self.how == "embedded":
+            connect.shutdown()

@@ -3,15 +3,86 @@
 Workers are plain classes. `ActorGroup` is the one place that turns them into Ray actors
 (`ray.remote(cls)` at spawn time, never a decorator on the class) and the one place that
 waits on their results. With `use_ray=False` the same calls run in-process, which keeps the
-driver testable without a cluster.
+driver testable without a cluster: a `Host` (Ray's or this process's) spawns members, calls
+their methods and resolves results, and the group's own code has one path for both.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import ray
+
+
+@dataclass(frozen=True)
+class Done:
+    """An in-process call's outcome, standing in for an object reference."""
+
+    value: Any = None
+    error: BaseException | None = None
+
+
+class LocalHost:
+    """Members are plain objects; a call runs at once and its result (or error) is ready."""
+
+    def spawn(self, cls: type, args: tuple, options: dict) -> Any:
+        return cls(*args)
+
+    def call(self, member: Any, method: str, args: tuple, num_returns: int) -> Any:
+        # Arguments that are results of other calls are resolved first, as Ray resolves
+        # object references passed at the top level of a call.
+        args = tuple(self.get(a, None) if isinstance(a, Done) else a for a in args)
+        try:
+            result = getattr(member, method)(*args)
+        except Exception as err:  # raised where the caller resolves it, as Ray does
+            return Done(error=err)
+        if num_returns == 1:
+            return Done(result)
+        return [Done(part) for part in result]
+
+    def get(self, refs: Any, timeout: float | None) -> Any:
+        if isinstance(refs, list):
+            return [self.get(r, timeout) for r in refs]
+        if refs.error is not None:
+            raise refs.error
+        return refs.value
+
+    def ready(self, refs: Sequence[Any], timeout: float | None) -> list[int]:
+        return list(range(len(refs)))
+
+    def settle(self, refs: Sequence[Any], timeout: float) -> None:
+        pass  # every in-process call has ended already
+
+    def kill(self, member: Any, restart: bool) -> None:
+        pass  # an object in this process ends when nothing refers to it
+
+
+class RayHost:
+    """Members are Ray actors built by `ray.remote(cls)`; calls return object references."""
+
+    def spawn(self, cls: type, args: tuple, options: dict) -> Any:
+        return ray.remote(cls).options(**options).remote(*args)
+
+    def call(self, member: Any, method: str, args: tuple, num_returns: int) -> Any:
+        return getattr(member, method).options(num_returns=num_returns).remote(*args)
+
+    def get(self, refs: Any, timeout: float | None) -> Any:
+        return ray.get(refs, timeout=timeout)
+
+    def ready(self, refs: Sequence[Any], timeout: float | None) -> list[int]:
+        first, _ = ray.wait(list(refs), num_returns=1, timeout=timeout)
+        if not first:
+            return []
+        done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        return [i for i, ref in enumerate(refs) if ref in set(done)]
+
+    def settle(self, refs: Sequence[Any], timeout: float) -> None:
+        ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+
+    def kill(self, member: Any, restart: bool) -> None:
+        ray.kill(member, no_restart=not restart)
 
 
 class ActorGroup:
@@ -39,23 +110,15 @@ class ActorGroup:
         arguments); its in-flight calls fail and are not retried (the caller decides).
         scheduling: a Ray scheduling strategy per member (e.g. its placement-group bundle);
         None: Ray's default."""
-        self.use_ray = use_ray
-        if use_ray:
-            remote_cls = ray.remote(cls)
-            strategies = list(scheduling) if scheduling is not None else [None] * len(
-                args_per_member)
-            self.members = [
-                remote_cls.options(
-                    num_cpus=num_cpus, num_gpus=num_gpus, resources=dict(resources or {}),
-                    name=f"{name}-{i}" if name else None,
-                    max_restarts=max_restarts, max_task_retries=0,
-                    scheduling_strategy=strategy,
-                ).remote(*args)
-                for i, (args, strategy) in enumerate(zip(args_per_member, strategies,
-                                                         strict=True))
-            ]
-        else:
-            self.members = [cls(*args) for args in args_per_member]
+        self.host = RayHost() if use_ray else LocalHost()
+        strategies = list(scheduling) if scheduling is not None else [None] * len(args_per_member)
+        self.members = [
+            self.host.spawn(cls, args, {
+                "num_cpus": num_cpus, "num_gpus": num_gpus, "resources": dict(resources or {}),
+                "name": f"{name}-{i}" if name else None, "max_restarts": max_restarts,
+                "max_task_retries": 0, "scheduling_strategy": strategy})
+            for i, (args, strategy) in enumerate(zip(args_per_member, strategies, strict=True))
+        ]
 
     def __len__(self) -> int:
         return len(self.members)
@@ -63,69 +126,38 @@ class ActorGroup:
     def submit(
         self, method: str, args_per_member: Sequence[tuple[Any, ...]], num_returns: int = 1
     ) -> list[Any]:
-        """Start `method` on every member; return object refs (or local results), in order."""
+        """Start `method` on every member; return their results' references, in order."""
         if len(args_per_member) != len(self.members):
             raise ValueError(f"{len(args_per_member)} argument sets for {len(self)} members")
-        if not self.use_ray:
-            pairs = zip(self.members, args_per_member, strict=True)
-            return [getattr(m, method)(*args) for m, args in pairs]
-        return [
-            getattr(m, method).options(num_returns=num_returns).remote(*args)
-            for m, args in zip(self.members, args_per_member, strict=True)
-        ]
+        return [self.host.call(m, method, args, num_returns)
+                for m, args in zip(self.members, args_per_member, strict=True)]
 
     def submit_one(self, index: int, method: str, args: tuple[Any, ...],
                    num_returns: int = 1) -> Any:
         """Start `method` on member `index` only."""
-        member = self.members[index]
-        if not self.use_ray:
-            return getattr(member, method)(*args)
-        return getattr(member, method).options(num_returns=num_returns).remote(*args)
+        return self.host.call(self.members[index], method, args, num_returns)
 
     def replace(self, index: int) -> None:
         """Kill member `index` (a hung one) and let Ray rebuild it (needs max_restarts)."""
-        if self.use_ray:
-            ray.kill(self.members[index], no_restart=False)
-
-    def call(self, method: str, *args: Any) -> list[Any]:
-        """Run `method(*args)` on every member and wait for the results."""
-        return self.get(self.submit(method, [args] * len(self.members)))
+        self.host.kill(self.members[index], restart=True)
 
     def get(self, refs: Any, timeout: float | None = None) -> Any:
-        """Resolve object refs produced by this group (a no-op in-process). Raises
-        ray.exceptions.GetTimeoutError after `timeout` seconds, RayActorError if the member
-        died."""
-        return ray.get(refs, timeout=timeout) if self.use_ray else refs
+        """Resolve references produced by this group. Raises what the call raised, and under
+        Ray GetTimeoutError after `timeout` seconds or RayActorError if the member died."""
+        return self.host.get(refs, timeout)
 
     def wait(self, refs: Sequence[Any], timeout: float | None) -> list[int]:
         """Indices of the `refs` that are ready: wait up to `timeout` s (None: as long as it
-        takes) for the first, then take every other one already done. In-process every
-        result is ready."""
-        if not self.use_ray:
-            return list(range(len(refs)))
-        first, _ = ray.wait(list(refs), num_returns=1, timeout=timeout)
-        if not first:
-            return []
-        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
-        done = set(ready)
-        return [i for i, ref in enumerate(refs) if ref in done]
-
-    def put(self, value: Any) -> Any:
-        """Store `value` once for every member to read (the object store, or itself)."""
-        return ray.put(value) if self.use_ray else value
+        takes) for the first, then take every other one already done."""
+        return self.host.ready(refs, timeout)
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Let each member free what it holds (`close`, where its class has one: an engine's
         shared memory and helper processes), then end it."""
-        if self.use_ray:
-            refs = [m.close.remote() for m in self.members if hasattr(m, "close")]
-            if refs:
-                ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-            for member in self.members:
-                ray.kill(member)
-        else:
-            for member in self.members:
-                close = getattr(member, "close", None)
-                if close is not None:
-                    close()
+        closes = [self.host.call(m, "close", (), 1) for m in self.members
+                  if hasattr(m, "close")]
+        if closes:
+            self.host.settle(closes, timeout_s)
+        for member in self.members:
+            self.host.kill(member, restart=False)
         self.members = []

@@ -8,14 +8,15 @@ from typing import Any
 import numpy as np
 
 from actors.model_files import ShippedModel, local_model
-from actors.transport import Layout, SyncGroup, layout_of
+from actors.transport import Layout, SyncGroup, layout_of_shapes
 from arl.config import LearnerConfig, ModelConfig
 from arl.dtypes import resolve as resolve_dtype
 from arl.types import Trajectory
 from learner import distributed
 from learner.checkpoint import load_checkpoint, model_folder_files, save_checkpoint
+from learner.gspo_learner import GSPOLearner
 from learner.model import set_torch_threads
-from learner.step import GSPOLearner
+from learner.state import weight_shapes
 
 
 class LearnerWorker:
@@ -76,12 +77,13 @@ class LearnerWorker:
         return self.learner.export_weights()
 
     def weight_layout(self, dtype: str) -> Layout | None:
-        """What a collective weight sync broadcasts, on rank 0 (every rank must call it)."""
-        state = self.learner.backend.full_state_dict()
-        if state is None:
+        """What a collective weight sync broadcasts, on rank 0 (None elsewhere), read from
+        the parameters' metadata: no weight is gathered."""
+        if self.learner.dp.rank != 0:
             return None
         # The broadcast travels in the rollout dtype; auto resolves as on the sender's device.
-        return layout_of(state.items(), resolve_dtype(dtype, self.learner.device.type == "cuda"))
+        return layout_of_shapes(weight_shapes(self.learner.model),
+                                resolve_dtype(dtype, self.learner.device.type == "cuda"))
 
     def join_sync(self, address: str, port: int, world: int, backend: str, layout: Layout,
                   bucket_bytes: int, timeout_s: float) -> None:

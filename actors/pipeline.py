@@ -20,13 +20,15 @@ exactly sync mode's: the two modes give identical runs.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 
-from actors.loop import Cluster, RolloutBatch, worker_shares
+from actors.cluster import Cluster
+from actors.rollout_pool import RolloutBatch, worker_shares
+from arl.config import Config
+from arl.steps import start_states, transcripts_wanted
 from arl.types import EpisodeSummary
 
 
@@ -41,27 +43,24 @@ class _Chunk:
 
 @dataclass(frozen=True)
 class AsyncStats:
-    """What one `next_batch` saw: staleness of what it took, what it dropped, idle time."""
+    """What one `next_batch` saw: staleness of what it took, and what it dropped."""
 
     staleness: list[int]
     dropped_trajectories: int
-    learner_idle_s: float
 
 
 class AsyncRollouts:
-    """Keeps every rollout worker busy within the staleness bound; hands out batches.
+    """Keeps every rollout worker busy within the staleness bound; hands out batches, from
+    step `first_step` on. It owns the chunks: which start states, seeds and transcripts a
+    chunk plays (`chunk_args`), and when one starts."""
 
-    `start_args(chunk_index)` gives a chunk's collect arguments (`chunk_args`); the caller
-    owns the mapping from chunks to start states.
-    """
-
-    def __init__(self, cluster: Cluster, max_staleness: int, first_chunk: int,
-                 start_args: Callable[[int], tuple]):
+    def __init__(self, cluster: Cluster, cfg: Config, first_step: int):
         self.cluster = cluster
-        self.k = max_staleness
-        self.workers = len(cluster.rollout)
-        self.start_args = start_args
-        self.next_chunk = first_chunk
+        self.pool = cluster.rollout
+        self.cfg = cfg
+        self.k = cfg.max_staleness
+        self.workers = len(self.pool)
+        self.next_chunk = first_step * self.workers
         self.dropped_chunks = 0
         self.busy: dict[int, _Chunk] = {}  # worker -> its chunk in flight
         self.done: list[_Chunk] = []  # completed, not yet taken, in completion order
@@ -79,8 +78,8 @@ class AsyncRollouts:
                 continue
             c = self.next_chunk
             self.next_chunk += 1
-            chunk = _Chunk(c, w, self.start_args(c))
-            chunk.refs = self.cluster.rollout.submit_one(w, "collect", chunk.args, num_returns=2)
+            chunk = _Chunk(c, w, chunk_args(self.cfg, c))
+            chunk.refs = self.pool.submit(w, chunk.args)
             self.busy[w] = chunk
             self.rollout_idle_s += time.perf_counter() - self.idle_since.pop(w)
 
@@ -93,14 +92,14 @@ class AsyncRollouts:
         refs = [self._head(self.busy[w]) for w in workers] + ([also] if also is not None else [])
         if not refs:
             return False
-        ready = self.cluster.rollout.wait(refs, timeout)
+        ready = self.pool.group.wait(refs, timeout)
         for w in (workers[i] for i in ready if i < len(workers)):
             chunk = self.busy.pop(w)
             try:
-                chunk.summaries = self.cluster.rollout.get(self._head(chunk))
+                chunk.summaries = self.pool.group.get(self._head(chunk))
             except ray.exceptions.RayActorError as err:
-                self.cluster.rebuild(w, f"died ({type(err).__name__})")
-                chunk.refs = self.cluster.rollout.submit_one(w, "collect", chunk.args, 2)
+                self.pool.recover(w, f"died ({type(err).__name__})")
+                chunk.refs = self.pool.submit(w, chunk.args)
                 self.busy[w] = chunk
                 continue
             self.done.append(chunk)
@@ -114,7 +113,6 @@ class AsyncRollouts:
     def next_batch(self, learner_version: int) -> tuple[RolloutBatch, AsyncStats]:
         """The next W fresh chunks as one batch (ordered by chunk index), feeding workers
         while it waits. Chunks more than max_staleness behind `learner_version` are dropped."""
-        t0 = time.perf_counter()
         staleness, dropped = [], 0
         while True:
             fresh = []
@@ -136,7 +134,7 @@ class AsyncRollouts:
             staleness += [learner_version - s.policy_version for s in chunk.summaries]
         batch = RolloutBatch([s for ch in taken for s in ch.summaries],
                              [ch.refs[1] for ch in taken])
-        return batch, AsyncStats(staleness, dropped, time.perf_counter() - t0)
+        return batch, AsyncStats(staleness, dropped)
 
     def wait_for(self, ref: Any, version: int) -> Any:
         """Resolve `ref` (the learner's step), keeping the rollout workers fed meanwhile."""
@@ -160,16 +158,11 @@ class AsyncRollouts:
             self.poll(timeout=None)
 
 
-def chunk_args(cfg: Any, start_states: Callable[[Any, int], Any],
-               transcripts: Callable[[int], int]) -> Callable[[int], tuple]:
-    """Chunk index -> collect arguments: exactly what sync mode gives worker `c % W` at step
-    `c // W` (`transcripts(step)`: conversations wanted from that step)."""
+def chunk_args(cfg: Config, c: int) -> tuple:
+    """Chunk `c`'s collect arguments: exactly what sync mode gives worker `c % W` at step
+    `c // W`."""
     workers = cfg.rollout.num_workers
-
-    def args(c: int) -> tuple:
-        step, part = divmod(c, workers)
-        states = start_states(cfg, step)
-        return worker_shares(states.env_seeds, states.group_ids, cfg.seed + step, workers,
-                             transcripts(step))[part]
-
-    return args
+    step, part = divmod(c, workers)
+    states = start_states(cfg, step)
+    return worker_shares(states.env_seeds, states.group_ids, cfg.seed + step, workers,
+                         transcripts_wanted(cfg, step))[part]

@@ -2,7 +2,7 @@
 rollout worker (`weight_sync.transport`).
 
 object_store (the default, one node): learner rank 0 exports its weights once, Ray puts them
-    in the object store, and every rollout worker maps that one copy (actors/loop.py).
+    in the object store, and every rollout worker maps that one copy (actors/weight_sync.py).
 nccl | gloo (a collective): learner rank 0 and the W rollout workers form a process group of
     their own, 1 + W members (NCCL between GPUs; gloo over TCP between CPU processes, e.g. CPU
     nodes of a cluster). Each sync is one control call per member; learner rank 0 then
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+from learner.model import torch_dtype
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Layout:
     def buckets(self, bucket_bytes: int) -> list[list[int]]:
         """Consecutive tensor indices, each run at most `bucket_bytes` (a larger tensor goes
         alone)."""
-        size = torch.empty((), dtype=_DTYPES[self.dtype]).element_size()
+        size = torch.empty((), dtype=torch_dtype(self.dtype)).element_size()
         out: list[list[int]] = [[]]
         used = 0
         for i, shape in enumerate(self.shapes):
@@ -54,17 +54,23 @@ class Layout:
         return [b for b in out if b]
 
 
+def layout_of_shapes(entries: Iterable[tuple[str, tuple[int, ...], int]], dtype: str) -> Layout:
+    """The layout of weights given as (name, shape, key), where tied names share a key
+    (`learner.state.weight_shapes`: parameter metadata, no tensor is read)."""
+    names, shapes, aliases, first = [], [], [], {}
+    for name, shape, key in entries:
+        if key in first:
+            aliases.append((name, first[key]))
+            continue
+        first[key] = name
+        names.append(name)
+        shapes.append(tuple(shape))
+    return Layout(tuple(names), tuple(shapes), tuple(aliases), dtype)
+
+
 def layout_of(state: Iterable[tuple[str, torch.Tensor]], dtype: str) -> Layout:
     """The layout of full weights {name: tensor}.items(), where tied names share a tensor."""
-    names, shapes, aliases, first = [], [], [], {}
-    for name, tensor in state:
-        if id(tensor) in first:
-            aliases.append((name, first[id(tensor)]))
-            continue
-        first[id(tensor)] = name
-        names.append(name)
-        shapes.append(tuple(tensor.shape))
-    return Layout(tuple(names), tuple(shapes), tuple(aliases), dtype)
+    return layout_of_shapes(((n, tuple(t.shape), id(t)) for n, t in state), dtype)
 
 
 class SyncGroup:
@@ -91,7 +97,7 @@ class SyncGroup:
 
     def send(self, state: Mapping[str, torch.Tensor], layout: Layout, bucket_bytes: int) -> None:
         """Broadcast `state` (rank 0), bucket by bucket, cast to the layout's dtype."""
-        dtype = _DTYPES[layout.dtype]
+        dtype = torch_dtype(layout.dtype)
         for bucket in layout.buckets(bucket_bytes):
             flat = torch.cat([state[layout.names[i]].detach().reshape(-1).to(dtype)
                               for i in bucket]).to(self.device)
@@ -99,7 +105,7 @@ class SyncGroup:
 
     def receive(self, layout: Layout, bucket_bytes: int) -> dict[str, torch.Tensor]:
         """Receive one `send` (ranks > 0): {name: tensor}, tied names included."""
-        dtype = _DTYPES[layout.dtype]
+        dtype = torch_dtype(layout.dtype)
         out: dict[str, torch.Tensor] = {}
         for bucket in layout.buckets(bucket_bytes):
             sizes = [math.prod(layout.shapes[i]) for i in bucket]

@@ -229,13 +229,9 @@ def cluster_resources(address: str) -> dict[str, float] | None:
     check = ray_check(address)
     if not check.ok or "will join" not in check.detail:
         return None
-    import ray
+    from actors.connect import cluster_resources as resources
 
-    ray.init(address=address, log_to_driver=False, logging_level="ERROR")
-    try:
-        return dict(ray.cluster_resources())
-    finally:
-        ray.shutdown()
+    return resources(address)
 
 
 def config_checks(paths: list[str], overrides: list[str]) -> list[Check]:

@@ -32,11 +32,11 @@ import json
 from dataclasses import dataclass
 
 from arl.config import Config
+from arl.dtypes import BYTES as DTYPE_BYTES
 from arl.dtypes import resolve as resolve_dtype
 from arl.errors import UserError
 
 GIB = 2**30
-DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
 PROCESS_BYTES = int(0.4 * GIB)
 RAY_DAEMON_BYTES = int(0.5 * GIB)
 TOOL_REPLY_TOKENS = 64  # a tool result plus the next turn's header, per extra turn

@@ -17,6 +17,7 @@ import functools
 import platform
 
 DTYPES = ("auto", "bfloat16", "float32")
+BYTES = {"bfloat16": 2, "float32": 4}  # per element, of each concrete dtype
 # CPU feature flags (/proc/cpuinfo) that mean native bf16 arithmetic.
 _X86_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 _ARM_BF16_FLAGS = frozenset({"bf16"})

@@ -179,7 +179,8 @@ def run_episodes(
         )
         generations = engine.generate([ep.ids for ep in live], turn_params)
         for ep, gen in zip(live, generations, strict=True):
-            _advance(ep, gen.token_ids, gen.logprobs, gen.finished, renderer, turn + 1 >= max_turns)
+            _advance(ep, gen.token_ids, gen.sampler_logprobs, gen.finished, renderer,
+                     turn + 1 >= max_turns)
         if on_turn is not None:
             on_turn(turn)
     return [_finish(ep, engine.version) for ep in episodes]

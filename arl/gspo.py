@@ -31,6 +31,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from arl.schema import LOSS_NAMES
 from arl.types import Histogram
 
 
@@ -226,8 +227,6 @@ def diagnostics(outputs: Sequence[LossOutput],
 
 LossFn = Callable[[Tensor, Tensor, Tensor, Tensor, float, float, int], LossOutput]
 
-LOSSES: dict[str, LossFn] = {
-    "gspo": gspo_loss,
-    "gspo_token": gspo_token_loss,
-    "grpo": grpo_loss,
-}
+# The losses `learner.loss` names (arl/schema.py: LOSS_NAMES lists the same, in this order).
+LOSSES: dict[str, LossFn] = dict(zip(LOSS_NAMES, (gspo_loss, gspo_token_loss, grpo_loss),
+                                     strict=True))

@@ -35,8 +35,6 @@ __all__ = [
     "CALL_OPEN",
     "format_tool_call",
     "parse_tool_call",
-    "tools_json",
-    "tools_system_text",
     "validate_arguments",
 ]
 
@@ -53,26 +51,6 @@ def format_tool_call(call: ToolCall) -> str:
     """The exact text of a well-formed call, as a model should emit it."""
     body = json.dumps({"name": call.name, "arguments": call.arguments})
     return f"{CALL_OPEN}{body}{CALL_CLOSE}"
-
-
-def tools_json(tools: Sequence[ToolSchema]) -> str:
-    """One JSON object per line (OpenAI/Hermes function format), tools in the order given.
-
-    Keys keep `ToolSchema.as_dict`'s fixed order and render as transformers' `tojson` renders
-    `tools=` (insertion order, ensure_ascii off), so the text matches what Qwen/Hermes chat
-    templates produce; the same tools always render to the same text."""
-    return "\n".join(json.dumps(tool.as_dict(), ensure_ascii=False) for tool in tools)
-
-
-def tools_system_text(tools: Sequence[ToolSchema]) -> str:
-    """System-prompt text offering `tools`, for models whose chat template ignores `tools=`:
-    a `<tools>` block (see `tools_json`) and one line showing the call format."""
-    return (
-        "You may call one of the functions whose signatures are within <tools></tools>:\n"
-        f"<tools>\n{tools_json(tools)}\n</tools>\n"
-        "Make exactly one call per turn and end your turn right after it, in this format: "
-        f'{CALL_OPEN}{{"name": <function-name>, "arguments": <args-json-object>}}{CALL_CLOSE}'
-    )
 
 
 def parse_tool_call(

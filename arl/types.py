@@ -215,11 +215,11 @@ class SamplingParams:
 class Generation:
     """One sampled turn.
 
-    token_ids  [n] int32: the sampled ids, including the stop id when `finished`
-    logprobs   [n] float32: sampler log-probs of those ids under softmax(logits / temperature)
-    finished   True if the turn ended on a stop id; False if cut off by max_new_tokens
+    token_ids         [n] int32: the sampled ids, including the stop id when `finished`
+    sampler_logprobs  [n] float32: log-probs of those ids under softmax(logits / temperature)
+    finished          True if the turn ended on a stop id; False if cut off by max_new_tokens
     """
 
     token_ids: np.ndarray
-    logprobs: np.ndarray
+    sampler_logprobs: np.ndarray
     finished: bool

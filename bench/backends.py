@@ -20,8 +20,8 @@ import numpy as np
 
 from arl.config import LearnerConfig
 from arl.types import Trajectory
+from learner.gspo_learner import GSPOLearner
 from learner.model import set_torch_threads
-from learner.step import GSPOLearner
 
 
 def batch(seed: int, count: int = 64) -> tuple[list[Trajectory], np.ndarray]:

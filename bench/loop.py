@@ -34,9 +34,10 @@ import numpy as np
 import torch
 
 from actors.engines.hf import HFEngine
-from app.train import start_states, train
+from app.train import train
 from arl.config import Config, load_config
 from arl.episode import ChatRenderer
+from arl.steps import start_states
 from arl.types import SamplingParams
 from envs.registry import make_env
 from learner.model import load_model, token_logprobs

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from arl.config import EnvConfig
 from arl.protocols import Env
+from arl.schema import ENV_NAMES
 from envs.connect_four import make_connect_four
 from envs.opponents import Opponent
 from envs.tictactoe import make_tictactoe
 from envs.tictactoe_move import TicTacToeMoveEnv
 
-ENV_NAMES = ("tictactoe_move", "tictactoe", "connect_four")
 # The `outcome` values each env reports on an episode's last step.
 OUTCOME_KINDS = {
     "tictactoe_move": ("invalid_call", "illegal_move", "legal", "best", "win"),

@@ -1,8 +1,8 @@
 """Training backends: who owns the optimizer, applies gradients and gathers full weights.
 
-`GSPOLearner` (learner/step.py) computes losses; a backend turns them into updates. Every
-backend honours one contract, so the learner step and its numbers are the same whichever
-runs (`learner.backend`):
+`GSPOLearner` (learner/gspo_learner.py) computes losses; a backend turns them into updates.
+Every backend honours one contract, so the learner step and its numbers are the same
+whichever runs (`learner.backend`):
 
   module                the model to call forward on
   uniform_passes        True: every rank of the group must make the same number of forward and

@@ -103,25 +103,35 @@ def collate(trajectories: Sequence[Trajectory], advantages: np.ndarray, pad_id: 
                 f"non-zero length, got {len(traj.token_ids)}, {len(traj.loss_mask)}, "
                 f"{len(traj.sampler_logprobs)}"
             )
-    size, length = len(trajectories), max(len(t.token_ids) for t in trajectories)
-    input_ids = np.full((size, length), pad_id, dtype=np.int64)
-    attention_mask = np.zeros((size, length), dtype=np.int64)
+    input_ids, attention_mask = right_pad([t.token_ids for t in trajectories], pad_id)
+    size, length = input_ids.shape
     loss_mask = np.zeros((size, length), dtype=np.float32)
     sampler_logprobs = np.zeros((size, length), dtype=np.float32)
     for i, traj in enumerate(trajectories):
         n = len(traj.token_ids)
-        input_ids[i, :n] = traj.token_ids
-        attention_mask[i, :n] = 1
         loss_mask[i, :n] = traj.loss_mask
         # Zero off the mask whatever the engine wrote there: the gap metric reads mask tokens.
         sampler_logprobs[i, :n] = np.where(traj.loss_mask != 0, traj.sampler_logprobs, 0.0)
     return Batch(
-        input_ids=torch.from_numpy(input_ids),
-        attention_mask=torch.from_numpy(attention_mask),
+        input_ids=input_ids,
+        attention_mask=attention_mask,
         loss_mask=torch.from_numpy(loss_mask),
         advantages=torch.from_numpy(adv.copy()),
         sampler_logprobs=torch.from_numpy(sampler_logprobs),
     )
+
+
+def right_pad(sequences: Sequence[Sequence[int] | np.ndarray], pad_id: int
+              ) -> tuple[Tensor, Tensor]:
+    """[B, T] int64 input_ids (right-padded with `pad_id`) and attention_mask (1 on real
+    tokens) of `sequences`, T the longest."""
+    length = max(len(seq) for seq in sequences)
+    input_ids = np.full((len(sequences), length), pad_id, dtype=np.int64)
+    attention_mask = np.zeros((len(sequences), length), dtype=np.int64)
+    for i, seq in enumerate(sequences):
+        input_ids[i, : len(seq)] = seq
+        attention_mask[i, : len(seq)] = 1
+    return torch.from_numpy(input_ids), torch.from_numpy(attention_mask)
 
 
 def _longest(attention_mask: Tensor) -> int:

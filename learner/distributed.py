@@ -74,8 +74,3 @@ def gather_rows(rows: torch.Tensor, world: int) -> torch.Tensor:
     parts = [torch.empty_like(padded) for _ in range(world)]
     dist.all_gather(parts, padded)
     return torch.cat([part[: int(n)] for part, n in zip(parts, counts.tolist(), strict=True)])
-
-
-def leave_group() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()

@@ -14,8 +14,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from arl.config import LoraConfig
 from learner.checkpoint import CheckpointError, load_checkpoint, model_dir
-
-_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+from learner.model import torch_dtype
 
 
 def export_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.PathLike,
@@ -38,7 +37,7 @@ def export_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.PathLike,
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
-        model.to(_DTYPES[dtype]).save_pretrained(tmp)
+        model.to(torch_dtype(dtype)).save_pretrained(tmp)
         for entry in Path(source).iterdir():  # config and tokenizer files; weights are ours
             if entry.is_file() and not (tmp / entry.name).exists():
                 shutil.copyfile(entry, tmp / entry.name)

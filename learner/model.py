@@ -19,6 +19,14 @@ from transformers.utils import logging as hf_logging
 hf_logging.disable_progress_bar()
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a concrete dtype name (bfloat16 | float32; resolve `auto` first
+    with arl.dtypes.resolve). Raises ValueError for any other name."""
+    if name not in _DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {name!r}")
+    return _DTYPES[name]
 _LOGPROB_CHUNK_TOKENS = 4096  # rows of logits turned into fp32 at once (bounds peak memory)
 _interop_threads_set = False
 

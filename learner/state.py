@@ -22,3 +22,17 @@ def to_cpu(value):
     if isinstance(value, list):
         return [to_cpu(v) for v in value]
     return value
+
+
+def weight_shapes(model: torch.nn.Module) -> list[tuple[str, tuple[int, ...], int]]:
+    """(HF name, full shape, key) of every tensor `hf_state_dict` gives, from parameter
+    metadata alone: nothing is copied or gathered (a ZeRO-3 partition reports its whole
+    shape, `ds_shape`). Tied names share a key."""
+    base = model.get_base_model() if is_lora(model) else model
+    out = []
+    for name, tensor in base.state_dict(keep_vars=True).items():
+        if ".lora_" in name:
+            continue  # merged into the base weight it adapts
+        shape = tuple(getattr(tensor, "ds_shape", None) or tensor.shape)
+        out.append((name.replace(".base_layer.", "."), shape, id(tensor)))
+    return out

@@ -1,18 +1,43 @@
-"""Shared builders for tests: random trajectories and scripted engines, one copy each."""
+"""Shared builders for tests, one copy each: configs of the tiny CI run, its metrics rows,
+random trajectories, a tiny learner, and a scripted policy that plays through the real
+episode loop."""
 
 from __future__ import annotations
 
+import json
+import pathlib
+import re
+
 import numpy as np
 
-from arl.types import Trajectory
+from arl.config import Config, LearnerConfig, load_config
+from arl.types import Generation, Trajectory
+
+CI = "configs/ci.yaml"
+UNTIMED = ("timing/", "perf/")  # wall-clock metrics differ between any two runs
 
 
-def random_trajectories(pad_id: int, count: int, seed: int, vocab: int = 260,
-                        min_len: int = 10, max_len: int = 24) -> tuple[list[Trajectory],
-                                                                       np.ndarray]:
-    """`count` trajectories of random ids (a prompt with mask 0, then sampled tokens with
-    mask 1 and a two-token env gap), groups of 4, episode ids 0.., and random advantages.
-    Ids avoid `pad_id` and the 7 special ids of the tiny tokenizer."""
+def ci_config(model_dir: str, out_dir=None, *overrides: str) -> Config:
+    """configs/ci.yaml on `model_dir`, writing under `out_dir` (if given), on an embedded
+    cluster of its own."""
+    paths = [f"output_dir={out_dir}"] if out_dir is not None else []
+    return load_config([CI], [f"model.path={model_dir}", "ray.address=local", *paths,
+                              *overrides])
+
+
+def metrics_rows(run_dir, untimed: bool = True) -> list[dict]:
+    """The rows of RUN_DIR/metrics.jsonl; with `untimed`, without timing and perf keys."""
+    lines = (pathlib.Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    if untimed:
+        rows = [{k: v for k, v in r.items() if not k.startswith(UNTIMED)} for r in rows]
+    return rows
+
+
+def random_trajectories(count: int, seed: int, vocab: int = 260, min_len: int = 10,
+                        max_len: int = 24) -> list[Trajectory]:
+    """`count` trajectories of random ids: a prompt (mask 0), then sampled tokens (mask 1)
+    with a two-token env gap (mask 0); groups of 4, episode ids from 1000 * seed."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(count):
@@ -20,12 +45,58 @@ def random_trajectories(pad_id: int, count: int, seed: int, vocab: int = 260,
         mask = np.zeros(n, dtype=np.int8)
         mask[n // 3:] = 1
         mask[n // 3 + 2: n // 3 + 4] = 0  # tokens the env appended
-        ids = rng.integers(7, vocab, n).astype(np.int32)
-        ids[ids == pad_id] = 7
         logprobs = np.where(mask == 1, -rng.uniform(0.1, 6.0, n), 0.0).astype(np.float32)
         out.append(Trajectory(
-            token_ids=ids, loss_mask=mask, sampler_logprobs=logprobs, reward=0.0,
-            group_id=i // 4, policy_version=0, num_turns=1, num_tool_calls=1,
-            num_invalid_calls=0, episode_id=i))
-    advantages = np.random.default_rng(seed + 1000).normal(size=count).astype(np.float32)
-    return out, advantages
+            token_ids=rng.integers(7, vocab, n).astype(np.int32), loss_mask=mask,
+            sampler_logprobs=logprobs, reward=0.0, group_id=i // 4, policy_version=0,
+            num_turns=1, num_tool_calls=1, num_invalid_calls=0, episode_id=1000 * seed + i))
+    return out
+
+
+def random_advantages(count: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed + 1000).normal(size=count).astype(np.float32)
+
+
+def tiny_learner(model_dir: str, total_steps: int = 10, seed: int = 0, **overrides):
+    """A GSPOLearner on `model_dir` (lr 1e-3, 2 mini-batches of micro-batches of 4, unless
+    `overrides` say otherwise)."""
+    from learner.gspo_learner import GSPOLearner
+
+    cfg = LearnerConfig(**{"lr": 1e-3, "mini_batches": 2, "micro_batch_size": 4, **overrides})
+    return GSPOLearner(model_dir, cfg, "float32", total_steps=total_steps, seed=seed)
+
+
+ROW = re.compile(r"^([1-9XO])\|([1-9XO])\|([1-9XO])$", re.M)
+
+
+class ScriptedEngine:
+    """A policy written by hand: reads the last board of the prompt and replies with the
+    square `choose(board, agent)` picks, or a malformed call when it picks None."""
+
+    version = 0
+
+    def __init__(self, tokenizer, choose):
+        self.tokenizer, self.choose = tokenizer, choose
+
+    def get_tokenizer(self):
+        return self.tokenizer
+
+    def update_weights(self, weights, version):
+        raise NotImplementedError
+
+    def generate(self, prompts, params):
+        out = []
+        for ids in prompts:
+            text = self.tokenizer.decode(ids)
+            cells = [c for row in ROW.findall(text)[-3:] for c in row]
+            board = tuple(c if c in "XO" else "." for c in cells)
+            agent = re.findall(r"You are ([XO])", text)[-1]
+            square = self.choose(board, agent)
+            reply = ("<tool_call>{oops</tool_call>" if square is None else
+                     f'<tool_call>{{"name": "choose_square", "arguments": {{"square": {square}}}}}'
+                     "</tool_call>")
+            reply_ids = self.tokenizer.encode(reply + self.tokenizer.eos_token,
+                                              add_special_tokens=False)
+            out.append(Generation(np.array(reply_ids, dtype=np.int32),
+                                  np.zeros(len(reply_ids), dtype=np.float32), True))
+        return out

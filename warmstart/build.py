@@ -24,14 +24,17 @@ EVAL_EPISODES = 500
 def _stamp(cfg: Config) -> str:
     """What the cached model depends on: the warm-start settings, the env, the seed, and the
     tiny model's chat template."""
+    from warmstart.demos import DATA_VERSION
     from warmstart.tiny import CHAT_TEMPLATE
 
     # The resolved compute dtype, not `auto`: a model trained in bf16 differs from one
     # trained in fp32, and the same config resolves differently on different CPUs.
+    # Not where it is saved: a cached model that moves is the same model.
     settings = {**to_dict(cfg)["warmstart"],
                 "compute_dtype": resolve_dtype(cfg.warmstart.compute_dtype)}
+    settings.pop("output")
     key = {"warmstart": settings, "env": to_dict(cfg)["env"], "seed": cfg.seed,
-           "chat_template": CHAT_TEMPLATE}
+           "chat_template": CHAT_TEMPLATE, "data_version": DATA_VERSION}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -30,6 +30,9 @@ from envs.tictactoe import make_tictactoe
 from envs.tictactoe_move import TicTacToeMoveEnv
 
 KINDS = ("legal", "illegal", "malformed")
+# Bumped whenever the transcripts change for the same settings (the warm-start cache keys on
+# it). 2: no board of a held-out symmetry class (envs.tictactoe_rules.held_out) appears.
+DATA_VERSION = 2
 
 
 @dataclass(frozen=True)

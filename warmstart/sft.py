@@ -12,9 +12,11 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from actors.engines.stops import end_of_turn_id
 from arl.types import Message, ToolSchema
+from learner.collate import right_pad
+from learner.optim import lr_factor
 
-END_OF_TURN = "<|im_end|>"
 IGNORE = -100  # label of tokens without loss (prompt, padding)
 WARMUP_FRACTION = 0.05
 ADAM_BETAS = (0.9, 0.95)
@@ -42,7 +44,7 @@ def encode_example(
     )
     prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
     target_ids = tokenizer.encode(target, add_special_tokens=False)
-    return prompt_ids + target_ids + [_end_of_turn_id(tokenizer)], len(prompt_ids)
+    return prompt_ids + target_ids + [end_of_turn_id(tokenizer)], len(prompt_ids)
 
 
 def supervised_finetune(
@@ -80,7 +82,8 @@ def supervised_finetune(
     total = epochs * steps_per_epoch
     warmup = max(1, round(WARMUP_FRACTION * total))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=ADAM_BETAS, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, warmup, total))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_factor(s, warmup, total, "cosine"))
     torch.manual_seed(seed)
     rng = random.Random(seed)
     autocast = torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16_autocast)
@@ -135,15 +138,11 @@ def collate(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-pad (ids, prompt_len) pairs to [B, T] input_ids, attention_mask and labels, where
     labels = ids on target positions and IGNORE on prompt and padding."""
-    length = max(len(ids) for ids, _ in batch)
-    input_ids = torch.full((len(batch), length), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(batch), length), dtype=torch.long)
-    labels = torch.full((len(batch), length), IGNORE, dtype=torch.long)
-    for row, (ids, prompt_len) in enumerate(batch):
-        input_ids[row, : len(ids)] = torch.tensor(ids)
-        attention_mask[row, : len(ids)] = 1
-        labels[row, prompt_len : len(ids)] = input_ids[row, prompt_len : len(ids)]
-    return input_ids, attention_mask, labels
+    input_ids, attention_mask = right_pad([ids for ids, _ in batch], pad_id)
+    positions = torch.arange(input_ids.shape[1])  # [T]
+    starts = torch.tensor([prompt_len for _, prompt_len in batch])[:, None]  # [B, 1]
+    target = (positions >= starts) & attention_mask.bool()
+    return input_ids, attention_mask, torch.where(target, input_ids, IGNORE)
 
 
 def _target_loss(model, input_ids, attention_mask, labels) -> torch.Tensor:
@@ -171,21 +170,3 @@ def _cpu_attention(model: PreTrainedModel) -> Iterator[None]:
     finally:
         if switch:
             model.set_attn_implementation(previous)
-
-
-def _lr_factor(step: int, warmup: int, total: int) -> float:
-    """Linear warmup to 1 over `warmup` steps, then cosine decay to 0 at `total`."""
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def _end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int:
-    """<|im_end|> for ChatML tokenizers, else the tokenizer's eos."""
-    token_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
-    if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
-        return token_id
-    if tokenizer.eos_token_id is None:
-        raise ValueError("tokenizer has neither <|im_end|> nor an eos token to end a turn")
-    return tokenizer.eos_token_id

@@ -47,6 +47,7 @@ from transformers import (
 )
 from transformers.utils.chat_template_utils import render_jinja_template
 
+from arl.schema import ARCHITECTURES
 from arl.types import Message, ToolSchema
 
 PAD_TOKEN = "<|endoftext|>"  # noqa: S105 (a token, not a password)
@@ -159,7 +160,6 @@ def build_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokeniz
     )
 
 
-ARCHITECTURES = ("qwen2", "bailing_hybrid")
 
 
 def build_tiny_model(

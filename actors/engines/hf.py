@@ -27,12 +27,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.utils import logging as hf_logging
 
 from actors.engines.stops import default_stop_ids
+from actors.engines.weights import as_tensor, check_state, complete_tied, tied_groups
 from arl.dtypes import resolve as resolve_dtype
 from arl.types import Generation, SamplingParams
+from learner.model import torch_dtype
 
 hf_logging.disable_progress_bar()  # no bar per weight load in every worker's log
 
-_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 class HFEngine:
@@ -64,7 +65,7 @@ class HFEngine:
         dtype = resolve_dtype(dtype)  # auto: bfloat16 where this CPU computes in it natively
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
-        self.dtype = _DTYPES[dtype]
+        self.dtype = torch_dtype(dtype)
         self.max_batch_size = max_batch_size
         self.version = version
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -78,11 +79,11 @@ class HFEngine:
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = 0 if pad is None else pad  # any id works: pads are masked
         self._expected = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
-        self._aliases = _tied_groups(self.model)
+        self._aliases = tied_groups(self.model)
         # transformers renamed `past_key_values` to `cache` (5.2x); an unknown keyword is
         # swallowed silently, and decoding without the cache reads garbage, so ask the model.
         params = inspect.signature(self.model.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self.cache_kwarg = "cache" if "cache" in params else "past_key_values"
 
     def get_tokenizer(self) -> Any:
         """The model's tokenizer (a method, so that a Ray actor handle can fetch it)."""
@@ -103,35 +104,15 @@ class HFEngine:
         """
         if self.model is None:
             raise RuntimeError("engine is closed")
-        state = self._complete_tied(dict(weights))
-        self._check_keys_and_shapes(state)
+        state = complete_tied(dict(weights), self._aliases)
+        check_state(state, self._expected)
         with warnings.catch_warnings():
             # Read-only arrays (e.g. from Ray's object store) warn on from_numpy; we never write.
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            tensors = {k: _as_tensor(v) for k, v in state.items()}
+            tensors = {k: as_tensor(v) for k, v in state.items()}
         with torch.no_grad():
             self.model.load_state_dict(tensors, strict=True)
         self.version = version
-
-    def _complete_tied(self, state: dict[str, Any]) -> dict[str, Any]:
-        """Give every name of a tied group the value of the first group name present."""
-        for group in self._aliases:
-            source = next((name for name in group if name in state), None)
-            if source is not None:
-                for name in group:
-                    state[name] = state[source]
-        return state
-
-    def _check_keys_and_shapes(self, state: Mapping[str, Any]) -> None:
-        missing = sorted(set(self._expected) - set(state))
-        unexpected = sorted(set(state) - set(self._expected))
-        if missing or unexpected:
-            raise ValueError(
-                f"state dict mismatch: missing={missing[:5]} unexpected={unexpected[:5]}"
-            )
-        bad = [k for k, v in state.items() if tuple(v.shape) != self._expected[k]]
-        if bad:
-            raise ValueError(f"shape mismatch for {bad[:5]}")
 
     # ---- sampling ------------------------------------------------------------------------
 
@@ -149,69 +130,64 @@ class HFEngine:
         with torch.inference_mode():
             for start in range(0, len(order), self.max_batch_size):
                 chunk = order[start : start + self.max_batch_size]
-                batch = self._generate_batch([prompts[i] for i in chunk], params, generator)
+                batch = _decode(self, [prompts[i] for i in chunk], params, generator)
                 for i, generation in zip(chunk, batch, strict=True):
                     results[i] = generation
         return results  # type: ignore[return-value]
 
-    def _generate_batch(
-        self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator
-    ) -> list[Generation]:
-        """Prefill the left-padded batch once, then decode one token per step with the cache.
 
-        Rows that hit a stop id leave the batch (their cache rows are dropped), so late steps
-        only pay for the rows still running.
-        """
-        batch_size, max_new = len(prompts), params.max_new_tokens
-        input_ids, attention_mask = _left_pad(prompts, self.pad_token_id)
-        positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.model.config)
-        logits = self._forward(input_ids, attention_mask, positions, cache)
+def _decode(engine: HFEngine, prompts: list[list[int]], params: SamplingParams,
+            generator: torch.Generator) -> list[Generation]:
+    """Prefill the left-padded batch once, then decode one token per step with the cache.
 
-        tokens = torch.zeros(batch_size, max_new, dtype=torch.long)
-        logprobs = torch.zeros(batch_size, max_new, dtype=torch.float32)
-        lengths = torch.full((batch_size,), max_new, dtype=torch.long)
-        finished = torch.zeros(batch_size, dtype=torch.bool)
-        rows = torch.arange(batch_size)  # original row of each live batch row
-        next_pos = positions[:, -1:] + 1  # [b, 1]
-        for step in range(max_new):
-            token, logprob = _sample(logits, params, generator)
-            tokens[rows, step] = token
-            logprobs[rows, step] = logprob
-            stopped = torch.isin(token, self.stop_token_ids)
-            finished[rows[stopped]] = True
-            lengths[rows[stopped]] = step + 1
-            live = (~stopped).nonzero().squeeze(1)
-            if step == max_new - 1 or live.numel() == 0:
-                break
-            if live.numel() < len(rows):
-                rows, token, next_pos = rows[live], token[live], next_pos[live]
-                attention_mask = attention_mask[live]
-                # reorder_cache is an index_select on every kind of cache layer; the
-                # linear-attention layers of hybrid models lack batch_select_indices.
-                cache.reorder_cache(live)
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(rows), 1)], 1)
-            logits = self._forward(token[:, None], attention_mask, next_pos, cache)
-            next_pos = next_pos + 1
-        return _to_generations(tokens, logprobs, lengths, finished)
+    Rows that hit a stop id leave the batch (their cache rows are dropped), so late steps
+    only pay for the rows still running.
+    """
+    batch_size, max_new = len(prompts), params.max_new_tokens
+    input_ids, attention_mask = _left_pad(prompts, engine.pad_token_id)
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache(config=engine.model.config)
+    logits = _forward(engine, input_ids, attention_mask, positions, cache)
+    tokens = torch.zeros(batch_size, max_new, dtype=torch.long)
+    logprobs = torch.zeros(batch_size, max_new, dtype=torch.float32)
+    lengths = torch.full((batch_size,), max_new, dtype=torch.long)
+    finished = torch.zeros(batch_size, dtype=torch.bool)
+    rows = torch.arange(batch_size)  # original row of each live batch row
+    next_pos = positions[:, -1:] + 1  # [b, 1]
+    for step in range(max_new):
+        token, logprob = _sample(logits, params, generator)
+        tokens[rows, step] = token
+        logprobs[rows, step] = logprob
+        stopped = torch.isin(token, engine.stop_token_ids)
+        finished[rows[stopped]] = True
+        lengths[rows[stopped]] = step + 1
+        live = (~stopped).nonzero().squeeze(1)
+        if step == max_new - 1 or live.numel() == 0:
+            break
+        if live.numel() < len(rows):
+            rows, token, next_pos = rows[live], token[live], next_pos[live]
+            attention_mask = attention_mask[live]
+            # reorder_cache is an index_select on every kind of cache layer; the
+            # linear-attention layers of hybrid models lack batch_select_indices.
+            cache.reorder_cache(live)
+        attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(rows), 1)], 1)
+        logits = _forward(engine, token[:, None], attention_mask, next_pos, cache)
+        next_pos = next_pos + 1
+    return _to_generations(tokens, logprobs, lengths, finished)
 
-    def _forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        positions: torch.Tensor,
-        cache: DynamicCache,
-    ) -> torch.Tensor:
-        """Run the model on new tokens; returns fp32 logits of the last position, [b, vocab]."""
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=positions,
-            use_cache=True,
-            logits_to_keep=1,
-            **{self._cache_kwarg: cache},
-        )
-        return out.logits[:, -1].float()
+
+def _forward(engine: HFEngine, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+             positions: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
+    """Run the model on new tokens; returns fp32 logits of the last position, [b, vocab]."""
+    out = engine.model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=positions,
+        use_cache=True,
+        logits_to_keep=1,
+        **{engine.cache_kwarg: cache},
+    )
+    return out.logits[:, -1].float()
 
 
 def _check_params(params: SamplingParams) -> None:
@@ -284,23 +260,7 @@ def _to_generations(
     """Slice each row to its length; `finished` marks rows that ended on a stop id."""
     ids, lps = tokens.numpy().astype(np.int32), logprobs.numpy()
     return [
-        Generation(token_ids=ids[row, :n].copy(), logprobs=lps[row, :n].copy(), finished=done)
+        Generation(token_ids=ids[row, :n].copy(), sampler_logprobs=lps[row, :n].copy(),
+                   finished=done)
         for row, (n, done) in enumerate(zip(lengths.tolist(), finished.tolist(), strict=True))
     ]
-
-
-def _as_tensor(value: Any) -> torch.Tensor:
-    """numpy → tensor without a copy; tensors pass through."""
-    if isinstance(value, np.ndarray):
-        return torch.from_numpy(value)
-    if isinstance(value, torch.Tensor):
-        return value
-    raise TypeError(f"weights must be numpy arrays or torch tensors, got {type(value).__name__}")
-
-
-def _tied_groups(model: torch.nn.Module) -> list[list[str]]:
-    """State-dict names that share one tensor (tied weights), in state-dict order."""
-    groups: dict[int, list[str]] = {}
-    for name, tensor in model.state_dict(keep_vars=True).items():
-        groups.setdefault(id(tensor), []).append(name)
-    return [names for names in groups.values() if len(names) > 1]

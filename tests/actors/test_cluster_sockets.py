@@ -16,7 +16,7 @@ SCRIPT = """
 import json
 import psutil
 import ray
-from actors.cluster import connect, shutdown
+from actors.connect import connect, shutdown
 from arl.config import RayConfig
 
 assert connect(RayConfig(address="local", num_cpus=1)) == "embedded"

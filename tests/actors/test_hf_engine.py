@@ -108,7 +108,7 @@ def test_greedy_batch_equals_each_prompt_alone(model_dir, fp32):
     for prompt, gen in zip(prompts, batched, strict=True):
         alone = fp32.generate([prompt], _greedy(12))[0]
         assert gen.token_ids.tolist() == alone.token_ids.tolist()
-        np.testing.assert_allclose(gen.logprobs, alone.logprobs, atol=1e-4)
+        np.testing.assert_allclose(gen.sampler_logprobs, alone.sampler_logprobs, atol=1e-4)
     # Rows that stop early leave the batch; the rows still running must not notice.
     stop = int(batched[0].token_ids[4])
     engine = HFEngine(model_dir, dtype="float32", stop_token_ids=[stop])
@@ -130,7 +130,7 @@ def test_same_seed_same_output_and_other_seed_differs(bf16):
     first, again = bf16.generate(prompts, params), bf16.generate(prompts, params)
     assert _ids(first) == _ids(again)
     for a, b in zip(first, again, strict=True):
-        np.testing.assert_array_equal(a.logprobs, b.logprobs)
+        np.testing.assert_array_equal(a.sampler_logprobs, b.sampler_logprobs)
     other = bf16.generate(prompts, SamplingParams(1.0, 1.0, 10, seed=8))
     assert _ids(other) != _ids(first)
 
@@ -156,9 +156,9 @@ def test_logprobs_match_a_full_forward_pass(request, engine_name, atol, temperat
             logits = engine.model(input_ids=ids).logits[0].float()
         logp = torch.log_softmax(logits[len(prompt) - 1 : -1] / scale, dim=-1)
         expected = logp.gather(1, torch.from_numpy(gen.token_ids).long()[:, None]).squeeze(1)
-        assert gen.logprobs.dtype == np.float32 and gen.token_ids.dtype == np.int32
-        np.testing.assert_allclose(gen.logprobs, expected.numpy(), atol=atol)
-        assert np.abs(gen.logprobs - expected.numpy()).mean() < min(atol, 1e-2)
+        assert gen.sampler_logprobs.dtype == np.float32 and gen.token_ids.dtype == np.int32
+        np.testing.assert_allclose(gen.sampler_logprobs, expected.numpy(), atol=atol)
+        assert np.abs(gen.sampler_logprobs - expected.numpy()).mean() < min(atol, 1e-2)
 
 
 def test_stop_id_ends_a_row_and_max_new_tokens_cuts_it(model_dir, fp32):
@@ -171,7 +171,7 @@ def test_stop_id_ends_a_row_and_max_new_tokens_cuts_it(model_dir, fp32):
     gen = engine.generate([prompt], _greedy(10))[0]
     assert gen.finished
     assert gen.token_ids.tolist() == ids[: ids.index(stop) + 1]
-    assert len(gen.logprobs) == len(gen.token_ids)
+    assert len(gen.sampler_logprobs) == len(gen.token_ids)
     # A stop id sampled as the very last allowed token still counts as finished.
     exact = engine.generate([prompt], _greedy(ids.index(stop) + 1))[0]
     assert exact.finished and exact.token_ids.tolist() == gen.token_ids.tolist()

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from actors.loop import Cluster
-from arl.config import load_config
+from actors.cluster import Cluster
+from tests.builders import ci_config
 
 
 def _cfg(model_dir, *overrides):
-    return load_config(["configs/ci.yaml"], [
-        f"model.path={model_dir}", "ray.address=local", "ray.num_cpus=3",
-        "rollout.num_workers=2", *overrides])
+    return ci_config(model_dir, None, "ray.num_cpus=3", "rollout.num_workers=2", *overrides)
 
 
 def test_every_actor_runs_in_its_bundle(warm_model_dir):
@@ -23,7 +21,7 @@ def test_every_actor_runs_in_its_bundle(warm_model_dir):
         table = placement_group_table(cluster._group)
         assert table["strategy"] == "PACK" and table["state"] == "CREATED"
         assert list(table["bundles"].values()) == [{"CPU": 1.0}] * 3  # learner, 2 workers
-        members = cluster.learner.members + cluster.rollout.members
+        members = cluster.learner.group.members + cluster.rollout.group.members
         where = ray.get([m.__ray_call__.remote(
             lambda _: ray.get_runtime_context().get_placement_group_id()) for m in members])
         assert where == [cluster._group.id.hex()] * 3

@@ -70,7 +70,7 @@ def test_greedy_parity_before_and_after_weight_update(vllm_engine, tiny_model_di
     ours = vllm_engine.generate(prompts, _greedy(24))
     assert _ids(ours) == _ids(hf_random)
     for a, b in zip(ours, hf_random, strict=True):
-        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=LOGPROB_ATOL)
+        np.testing.assert_allclose(a.sampler_logprobs, b.sampler_logprobs, atol=LOGPROB_ATOL)
         assert a.finished == b.finished
 
     vllm_engine.update_weights(_weights(warm_model_dir), version=7)
@@ -99,7 +99,7 @@ def test_sampled_logprobs_match_the_learner(vllm_engine, tiny_model_dir, warm_mo
         for prompt, gen in zip(prompts, generations, strict=True):
             ids = torch.tensor([prompt + gen.token_ids.tolist()])
             lp = token_logprobs(model, ids, torch.ones_like(ids), temperature=0.8)[0]
-            gaps.append(np.abs(lp[len(prompt):].numpy() - gen.logprobs).max())
+            gaps.append(np.abs(lp[len(prompt):].numpy() - gen.sampler_logprobs).max())
     vllm_engine.update_weights(_weights(tiny_model_dir), version=2)
     assert max(gaps) < LOGPROB_ATOL, gaps
 

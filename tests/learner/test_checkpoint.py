@@ -20,7 +20,7 @@ from learner.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from learner.step import GSPOLearner
+from learner.gspo_learner import GSPOLearner
 
 EXTRA = {"run_name": "t", "rollout_seed": 7, "nested": {"a": [1, 2.5, None]}}
 

@@ -10,29 +10,15 @@ import pytest
 import torch
 
 from arl.config import LearnerConfig, LoraConfig
-from arl.types import SamplingParams, Trajectory
-from learner.step import GSPOLearner
+from arl.types import SamplingParams
+from learner.gspo_learner import GSPOLearner
+from tests.builders import random_trajectories, tiny_learner
 
 peft = pytest.importorskip("peft", reason="LoRA needs the lora extra (peft)")
 
 
-def _trajectories(count, seed, vocab=260):
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(count):
-        n = int(rng.integers(12, 24))
-        mask = np.zeros(n, dtype=np.int8)
-        mask[n // 2:] = 1
-        out.append(Trajectory(rng.integers(5, vocab, n).astype(np.int32), mask,
-                              np.where(mask == 1, -2.0, 0.0).astype(np.float32),
-                              1.0, i, 0, 1, 1, 0))
-    return out
-
-
 def _learner(model_dir, rank=4):
-    cfg = LearnerConfig(lr=1e-2, mini_batches=2, micro_batch_size=4,
-                        lora=LoraConfig(rank=rank, alpha=8.0))
-    return GSPOLearner(model_dir, cfg, "float32", total_steps=10, seed=0)
+    return tiny_learner(model_dir, lr=1e-2, lora=LoraConfig(rank=rank, alpha=8.0))
 
 
 def test_only_adapters_train_and_the_optimizer_shrinks(tiny_model_dir):
@@ -40,7 +26,7 @@ def test_only_adapters_train_and_the_optimizer_shrinks(tiny_model_dir):
     before = {n: p.detach().clone() for n, p in learner.model.named_parameters()}
     trainable = {n for n, p in learner.model.named_parameters() if p.requires_grad}
     assert trainable and all(".lora_" in n for n in trainable)
-    learner.step(_trajectories(8, 0), np.linspace(-1, 1, 8).astype(np.float32))
+    learner.step(random_trajectories(8, 0), np.linspace(-1, 1, 8).astype(np.float32))
     changed = {n for n, p in learner.model.named_parameters() if not torch.equal(p, before[n])}
     assert changed and changed <= trainable  # base weights bitwise unchanged
     state = learner.backend.optimizer.state_dict()["state"]
@@ -56,7 +42,7 @@ def test_engine_after_sync_matches_the_merged_model(tiny_model_dir):
 
     learner = _learner(tiny_model_dir)
     for seed in range(2):
-        learner.step(_trajectories(8, seed), np.linspace(-1, 1, 8).astype(np.float32))
+        learner.step(random_trajectories(8, seed), np.linspace(-1, 1, 8).astype(np.float32))
     weights = learner.export_weights()
     base, _ = load_model(tiny_model_dir, "float32")
     assert set(weights) == set(base.state_dict())  # plain HF names, no adapter in sight
@@ -83,7 +69,7 @@ def test_a_lora_checkpoint_round_trips(tiny_model_dir, tmp_path):
     from learner.checkpoint import load_checkpoint, save_checkpoint
 
     learner = _learner(tiny_model_dir)
-    learner.step(_trajectories(8, 0), np.linspace(-1, 1, 8).astype(np.float32))
+    learner.step(random_trajectories(8, 0), np.linspace(-1, 1, 8).astype(np.float32))
     lora = {"rank": 4, "alpha": 8.0, "target_modules": list(LoraConfig().target_modules)}
     config = {"model": {"path": tiny_model_dir}, "learner": {"lora": lora}}
     save_checkpoint(tmp_path / "c", learner.state_dict_for_checkpoint(), 1, {"config": config})
@@ -94,7 +80,7 @@ def test_a_lora_checkpoint_round_trips(tiny_model_dir, tmp_path):
         np.testing.assert_allclose(value.numpy(), exported[name], rtol=0, atol=1e-6)
     again = _learner(tiny_model_dir)
     again.load_checkpoint_state(load_checkpoint(tmp_path / "c").state)
-    trajectories, adv = _trajectories(8, 1), np.linspace(1, -1, 8).astype(np.float32)
+    trajectories, adv = random_trajectories(8, 1), np.linspace(1, -1, 8).astype(np.float32)
     assert learner.step(trajectories, adv) == again.step(trajectories, adv)
 
 

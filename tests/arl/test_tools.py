@@ -15,8 +15,6 @@ from arl.tools import (
     CALL_OPEN,
     format_tool_call,
     parse_tool_call,
-    tools_json,
-    tools_system_text,
 )
 from arl.types import ToolCall, ToolCallError, ToolCallErrorKind, ToolSchema
 
@@ -308,17 +306,6 @@ def test_validator_is_type_strict_and_fails_closed() -> None:
     odd = {"type": "object", "properties": {"s": {"type": "null"}}}
     assert "not supported" in validate_arguments(odd, {"s": None})
     assert validate_arguments(SQUARE.parameters, []) == "arguments must be an object, got an array"
-
-
-def test_tools_rendering_is_deterministic_and_parseable() -> None:
-    lines = tools_json(TOOLS).split("\n")
-    assert [json.loads(line) for line in lines] == [tool.as_dict() for tool in TOOLS]
-    assert lines[0].startswith('{"type": "function", "function": {"name": "choose_square"')
-    text = tools_system_text(TOOLS)
-    assert text == tools_system_text(TOOLS)
-    assert f"<tools>\n{tools_json(TOOLS)}\n</tools>\n" in text
-    last = text.split("\n")[-1]
-    assert CALL_OPEN in last and CALL_CLOSE in last and '"arguments"' in last
 
 
 # ---------------------------------------------------------------- fuzz

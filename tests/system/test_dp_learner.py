@@ -10,23 +10,11 @@ import pytest
 
 from app.train import train
 from arl.config import LearnerConfig, ModelConfig, load_config
-from arl.types import Trajectory
+from tests.builders import random_trajectories
 
 
-def _trajectories(count: int, seed: int) -> list[Trajectory]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(count):
-        n = int(rng.integers(12, 30))
-        mask = np.zeros(n, dtype=np.int8)
-        mask[n // 3:] = 1
-        out.append(Trajectory(
-            token_ids=rng.integers(7, 300, n).astype(np.int32), loss_mask=mask,
-            sampler_logprobs=np.where(mask == 1, -rng.uniform(0.5, 4.0, n), 0.0
-                                      ).astype(np.float32),
-            reward=0.0, group_id=i // 4, policy_version=0, num_turns=1, num_tool_calls=1,
-            num_invalid_calls=0, episode_id=i + 1000 * seed))
-    return out
+def _trajectories(count: int, seed: int):
+    return random_trajectories(count, seed, vocab=300, min_len=12, max_len=29)
 
 
 def _group(tiny_model_dir: str, world: int, backend: str = "torch", zero_stage: int = 2):

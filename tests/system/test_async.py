@@ -4,25 +4,12 @@ twice with slow workers."""
 from __future__ import annotations
 
 import hashlib
-import json
 
 import pytest
 
 from app.train import train
-from arl.config import ConfigError, load_config
-
-CI = "configs/ci.yaml"
-UNTIMED = ("timing/", "perf/")  # wall-clock metrics differ between any two runs
-
-
-def _cfg(tmp_path, model_dir, *overrides):
-    return load_config([CI], [f"model.path={model_dir}", f"output_dir={tmp_path}",
-                              "ray.address=local", *overrides])
-
-
-def _rows(run_dir):
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith(UNTIMED)} for r in rows]
+from arl.config import ConfigError
+from tests.builders import ci_config, metrics_rows
 
 
 def _weights_hash(run_dir, step):
@@ -33,21 +20,21 @@ def _weights_hash(run_dir, step):
 def test_async_at_staleness_zero_is_sync_exactly(tmp_path, warm_model_dir):
     steps = 4
     for name, mode in (("sync", "sync"), ("async", "async")):
-        train(_cfg(tmp_path, warm_model_dir, f"run_name={name}", f"mode={mode}",
+        train(ci_config(warm_model_dir, tmp_path, f"run_name={name}", f"mode={mode}",
                    "max_staleness=0", f"steps={steps}", "rollout.num_workers=2",
                    "rollout.groups_per_step=2", "ray.num_cpus=3"), use_ray=True)
-    sync, async_ = _rows(tmp_path / "sync"), _rows(tmp_path / "async")
+    sync, async_ = metrics_rows(tmp_path / "sync"), metrics_rows(tmp_path / "async")
     assert len(sync) == steps and sync == async_  # every metric, histograms included
     assert _weights_hash(tmp_path / "sync", steps) == _weights_hash(tmp_path / "async", steps)
 
 
 def test_slow_workers_stay_within_the_bound_and_nothing_is_trained_twice(tmp_path,
                                                                          warm_model_dir):
-    cfg = _cfg(tmp_path, warm_model_dir, "mode=async", "max_staleness=1", "steps=10",
+    cfg = ci_config(warm_model_dir, tmp_path, "mode=async", "max_staleness=1", "steps=10",
                "rollout.num_workers=2", "rollout.groups_per_step=2",
                "rollout.fault_delay_s=1.5", "ray.num_cpus=3")
     train(cfg, use_ray=True)
-    rows = _rows(tmp_path / "ci")
+    rows = metrics_rows(tmp_path / "ci")
     assert [r["step"] for r in rows] == list(range(10))
     assert all(r["async/staleness_max"] <= 1 for r in rows)
     assert any(r["async/staleness_max"] == 1 for r in rows)  # it did run ahead
@@ -60,7 +47,7 @@ def test_slow_workers_stay_within_the_bound_and_nothing_is_trained_twice(tmp_pat
 
 
 def test_too_few_cpus_fail_fast_instead_of_waiting_forever(tmp_path, warm_model_dir):
-    cfg = _cfg(tmp_path, warm_model_dir, "rollout.num_workers=2", "ray.num_cpus=2")
+    cfg = ci_config(warm_model_dir, tmp_path, "rollout.num_workers=2", "ray.num_cpus=2")
     import ray
 
     with pytest.raises(RuntimeError, match="reserve 3 CPUs .* cluster has 2"):
@@ -70,5 +57,5 @@ def test_too_few_cpus_fail_fast_instead_of_waiting_forever(tmp_path, warm_model_
 
 def test_async_needs_equal_shares(tmp_path, warm_model_dir):
     with pytest.raises(ConfigError, match="rollout.groups_per_step"):
-        _cfg(tmp_path, warm_model_dir, "mode=async", "rollout.num_workers=2",
+        ci_config(warm_model_dir, tmp_path, "mode=async", "rollout.num_workers=2",
              "rollout.groups_per_step=3")

@@ -4,9 +4,7 @@ episode loop, and the command end to end on a real tiny model and a real checkpo
 from __future__ import annotations
 
 import json
-import re
 
-import numpy as np
 import pytest
 
 from actors.evaluate import play_games, score_positions
@@ -19,44 +17,11 @@ from arl.evaluation import (
     read_positions,
     wilson_interval,
 )
-from arl.types import Generation, SamplingParams
+from arl.types import SamplingParams
 from envs import tictactoe_rules as rules
+from tests.builders import ScriptedEngine
 
-ROW = re.compile(r"^([1-9XO])\|([1-9XO])\|([1-9XO])$", re.M)
 GREEDY = SamplingParams(0.0, 1.0, 48, 0)
-
-
-class ScriptedEngine:
-    """A policy written by hand: reads the last board of the prompt and replies with the
-    square `choose(board, agent)` picks, or a malformed call when it picks None."""
-
-    version = 0
-
-    def __init__(self, tokenizer, choose):
-        self.tokenizer, self.choose = tokenizer, choose
-
-    def get_tokenizer(self):
-        return self.tokenizer
-
-    def update_weights(self, weights, version):
-        raise NotImplementedError
-
-    def generate(self, prompts, params):
-        out = []
-        for ids in prompts:
-            text = self.tokenizer.decode(ids)
-            cells = [c for row in ROW.findall(text)[-3:] for c in row]
-            board = tuple(c if c in "XO" else "." for c in cells)
-            agent = re.findall(r"You are ([XO])", text)[-1]
-            square = self.choose(board, agent)
-            reply = ("<tool_call>{oops</tool_call>" if square is None else
-                     f'<tool_call>{{"name": "choose_square", "arguments": {{"square": {square}}}}}'
-                     "</tool_call>")
-            reply_ids = self.tokenizer.encode(reply + self.tokenizer.eos_token,
-                                              add_special_tokens=False)
-            out.append(Generation(np.array(reply_ids, dtype=np.int32),
-                                  np.zeros(len(reply_ids), dtype=np.float32), True))
-        return out
 
 
 @pytest.fixture(scope="module")

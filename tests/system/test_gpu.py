@@ -18,7 +18,7 @@ pytestmark = [
 def test_learner_step_on_the_gpu_matches_the_cpu(warm_model_dir):
     from arl.config import LearnerConfig
     from arl.types import Trajectory
-    from learner.step import GSPOLearner
+    from learner.gspo_learner import GSPOLearner
 
     rng = np.random.default_rng(0)
     trajectories = []

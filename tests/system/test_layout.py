@@ -5,7 +5,7 @@ import pathlib
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 # Bottom to top; a package imports only itself and the packages before it (envs and learner
 # share a level: neither imports the other).
 LAYERS = (("arl",), ("envs", "learner"), ("actors",), ("warmstart",), ("app",))
@@ -120,3 +120,24 @@ def test_no_source_file_over_400_lines():
         if (n := len(p.read_text().splitlines())) > 400
     ]
     assert not long, long
+
+
+def _long_definitions(kind: type, limit: int) -> list[str]:
+    found = []
+    for package in PACKAGES:
+        for path in _sources(package):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, kind) and node.end_lineno - node.lineno + 1 > limit:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} "
+                                 f"({node.end_lineno - node.lineno + 1} lines)")
+    return found
+
+
+def test_no_class_over_150_lines():
+    assert not (found := _long_definitions(ast.ClassDef, 150)), found
+
+
+def test_no_function_over_60_lines():
+    found = (_long_definitions(ast.FunctionDef, 60)
+             + _long_definitions(ast.AsyncFunctionDef, 60))
+    assert not found, found

@@ -4,10 +4,8 @@ with resume=auto, and get the uninterrupted run's metrics and final weights bit 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import pathlib
-import random
 import signal
 import subprocess
 import sys
@@ -15,11 +13,13 @@ import time
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.builders import metrics_rows
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 ARL = pathlib.Path(sys.executable).parent / "arl"
 STEPS = 6
+KILL_AFTER = 3  # steps logged before the kill: a fixed point, the same in every run
 # Wall-clock columns differ between any two runs; everything else must not.
-NOT_COMPARED = ("timing/", "perf/")
 
 
 def _command(model_dir, out_dir, *extra):
@@ -33,9 +33,7 @@ def _env():
 
 
 def _rows(out_dir):
-    lines = (pathlib.Path(out_dir) / "ci" / "metrics.jsonl").read_text().splitlines()
-    rows = [json.loads(line) for line in lines]
-    return [{k: v for k, v in r.items() if not k.startswith(NOT_COMPARED)} for r in rows]
+    return metrics_rows(pathlib.Path(out_dir) / "ci")
 
 
 def _final_weights_sha(out_dir):
@@ -64,7 +62,7 @@ def test_kill_9_then_resume_auto_matches_an_uninterrupted_run(tmp_path, warm_mod
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
 
-    kill_after = random.Random(os.getpid()).randint(2, STEPS - 1)  # steps logged before kill -9
+    kill_after = KILL_AFTER  # steps logged before kill -9
     proc = subprocess.Popen(_command(warm_model_dir, broken), cwd=ROOT, env=_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     metrics = broken / "ci" / "metrics.jsonl"

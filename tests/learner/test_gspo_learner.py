@@ -1,4 +1,5 @@
-"""learner/step.py + learner/optim.py on a real tiny Qwen2 (hidden 64, 2 layers, 2 heads)."""
+"""learner/gspo_learner.py + learner/optim.py on a real tiny Qwen2 (hidden 64, 2 layers, 2
+heads)."""
 
 import math
 
@@ -9,42 +10,16 @@ import torch
 from arl.config import LearnerConfig
 from arl.types import Trajectory
 from learner.collate import collate
+from learner.gspo_learner import GSPOLearner
 from learner.model import token_logprobs
 from learner.optim import lr_factor
-from learner.step import GSPOLearner
+from tests.builders import random_advantages, random_trajectories, tiny_learner
 
 
 @pytest.fixture(scope="session")
 def model_dir(tiny_model_dir):
     """The session's random tiny model (tests/conftest.py)."""
     return tiny_model_dir
-
-
-def _trajectories(count, seed, vocab=260, min_len=10, max_len=24):
-    """Random ids; a prompt (mask 0), then sampled tokens (mask 1) with an env gap (mask 0)."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(count):
-        n = int(rng.integers(min_len, max_len + 1))
-        mask = np.zeros(n, dtype=np.int8)
-        mask[n // 3 :] = 1
-        mask[n // 3 + 2 : n // 3 + 4] = 0  # tokens the env appended
-        logprobs = np.where(mask == 1, -rng.uniform(0.1, 6.0, n), 0.0).astype(np.float32)
-        out.append(Trajectory(
-            token_ids=rng.integers(7, vocab, n).astype(np.int32), loss_mask=mask,
-            sampler_logprobs=logprobs, reward=0.0, group_id=i // 4, policy_version=0,
-            num_turns=1, num_tool_calls=1, num_invalid_calls=0,
-        ))
-    return out
-
-
-def _advantages(count, seed):
-    return np.random.default_rng(seed + 1000).normal(size=count).astype(np.float32)
-
-
-def _learner(model_dir, seed=0, total_steps=10, **overrides):
-    cfg = LearnerConfig(**{"lr": 1e-3, "mini_batches": 2, "micro_batch_size": 4, **overrides})
-    return GSPOLearner(model_dir, cfg, "float32", total_steps=total_steps, seed=seed)
 
 
 def _weights(learner):
@@ -72,9 +47,9 @@ def _record_grads(learner):
 
 
 def test_micro_batch_size_does_not_change_the_update(model_dir):
-    trajs, adv = _trajectories(8, seed=1), _advantages(8, seed=1)
-    whole = _learner(model_dir, micro_batch_size=4)  # mini-batch size 4: one micro-batch
-    split = _learner(model_dir, micro_batch_size=1)
+    trajs, adv = random_trajectories(8, seed=1), random_advantages(8, seed=1)
+    whole = tiny_learner(model_dir, micro_batch_size=4)  # mini-batch size 4: one micro-batch
+    split = tiny_learner(model_dir, micro_batch_size=1)
     g_whole, g_split = _record_grads(whole), _record_grads(split)
     m_whole, m_split = whole.step(trajs, adv), split.step(trajs, adv)
     assert m_whole["learner/loss"] == pytest.approx(m_split["learner/loss"], rel=1e-5, abs=1e-7)
@@ -92,23 +67,23 @@ def test_micro_batch_size_does_not_change_the_update(model_dir):
 
 
 def test_first_mini_batch_is_on_policy(model_dir):
-    learner = _learner(model_dir, mini_batches=1, micro_batch_size=3)
-    metrics = learner.step(_trajectories(8, seed=2), _advantages(8, seed=2))
+    learner = tiny_learner(model_dir, mini_batches=1, micro_batch_size=3)
+    metrics = learner.step(random_trajectories(8, seed=2), random_advantages(8, seed=2))
     assert metrics["gspo/ratio_min"] == 1.0 and metrics["gspo/ratio_max"] == 1.0
     assert metrics["gspo/clip_fraction_low"] == 0.0 and metrics["gspo/clip_fraction_high"] == 0.0
     assert metrics["learner/skipped_steps"] == 0.0 and learner.version == 1
 
 
 def test_later_mini_batches_are_off_policy_and_clipped(model_dir):
-    learner = _learner(model_dir, lr=1e-2, mini_batches=4, micro_batch_size=2)
-    metrics = learner.step(_trajectories(16, seed=3), _advantages(16, seed=3))
+    learner = tiny_learner(model_dir, lr=1e-2, mini_batches=4, micro_batch_size=2)
+    metrics = learner.step(random_trajectories(16, seed=3), random_advantages(16, seed=3))
     assert metrics["gspo/ratio_min"] < 1.0 or metrics["gspo/ratio_max"] > 1.0
     assert metrics["gspo/clip_fraction_low"] + metrics["gspo/clip_fraction_high"] > 0.0
 
 
 def test_sampler_logprob_gap_measures_engine_mismatch(model_dir):
-    learner = _learner(model_dir)
-    trajs = _trajectories(4, seed=4)
+    learner = tiny_learner(model_dir)
+    trajs = random_trajectories(4, seed=4)
     batch = collate(trajs, np.zeros(4), learner.pad_id)
     with torch.no_grad():
         own = token_logprobs(learner.model, batch.input_ids, batch.attention_mask)
@@ -124,8 +99,8 @@ def test_sampler_logprob_gap_measures_engine_mismatch(model_dir):
 
 
 def test_positive_advantage_gains_probability_negative_loses(model_dir):
-    learner = _learner(model_dir, lr=3e-3, mini_batches=1, micro_batch_size=2)
-    good, bad = _trajectories(2, seed=5)
+    learner = tiny_learner(model_dir, lr=3e-3, mini_batches=1, micro_batch_size=2)
+    good, bad = random_trajectories(2, seed=5)
     before = _seq_logprob(learner, good), _seq_logprob(learner, bad)
     for _ in range(5):
         learner.step([good, bad], np.array([1.0, -1.0]))
@@ -135,24 +110,24 @@ def test_positive_advantage_gains_probability_negative_loses(model_dir):
 
 
 def test_nan_advantage_skips_the_step_and_leaves_weights(model_dir):
-    learner = _learner(model_dir, mini_batches=1)
+    learner = tiny_learner(model_dir, mini_batches=1)
     before = _weights(learner)
-    adv = _advantages(8, seed=6)
+    adv = random_advantages(8, seed=6)
     adv[3] = np.nan
-    metrics = learner.step(_trajectories(8, seed=6), adv)
-    assert metrics["learner/skipped_steps"] == 1.0 and learner.skipped_steps == 1
+    metrics = learner.step(random_trajectories(8, seed=6), adv)
+    assert metrics["learner/skipped_steps"] == 1.0 and learner.counters["skipped_steps"] == 1
     assert math.isnan(metrics["learner/loss"])  # no applied optimizer step to average
     assert learner.backend.optimizer.state_dict()["state"] == {}  # AdamW never saw the NaN
     for name, value in _weights(learner).items():
         assert torch.equal(value, before[name])
     assert learner.version == 1  # the batch was consumed all the same
     assert metrics["learner/skipped_in_row"] == 1.0
-    metrics = learner.step(_trajectories(8, seed=7), _advantages(8, seed=7))
-    assert metrics["learner/skipped_in_row"] == 0.0 and learner.skipped_steps == 1
+    metrics = learner.step(random_trajectories(8, seed=7), random_advantages(8, seed=7))
+    assert metrics["learner/skipped_in_row"] == 0.0 and learner.counters["skipped_steps"] == 1
 
 
 def test_hooked_non_finite_loss_skips_only_that_optimizer_step(model_dir):
-    learner = _learner(model_dir, mini_batches=2, micro_batch_size=4)
+    learner = tiny_learner(model_dir, mini_batches=2, micro_batch_size=4)
     real_loss, calls = learner.loss_fn, []
 
     def first_call_is_inf(*args):
@@ -161,7 +136,7 @@ def test_hooked_non_finite_loss_skips_only_that_optimizer_step(model_dir):
         return out._replace(loss=out.loss * math.inf) if len(calls) == 1 else out
 
     learner.loss_fn = first_call_is_inf
-    metrics = learner.step(_trajectories(8, seed=7), _advantages(8, seed=7))
+    metrics = learner.step(random_trajectories(8, seed=7), random_advantages(8, seed=7))
     assert len(calls) == 2 and metrics["learner/skipped_steps"] == 1.0
     assert math.isfinite(metrics["learner/loss"])
     steps = {float(s["step"]) for s in learner.backend.optimizer.state_dict()["state"].values()}
@@ -171,8 +146,9 @@ def test_hooked_non_finite_loss_skips_only_that_optimizer_step(model_dir):
 def test_same_seed_same_metrics_and_weights(model_dir):
     runs = []
     for _ in range(2):
-        learner = _learner(model_dir, seed=11, mini_batches=4, micro_batch_size=3)
-        metrics = [learner.step(_trajectories(12, seed=s), _advantages(12, seed=s)) for s in (8, 9)]
+        learner = tiny_learner(model_dir, seed=11, mini_batches=4, micro_batch_size=3)
+        metrics = [learner.step(random_trajectories(12, seed=s), random_advantages(12, seed=s))
+                   for s in (8, 9)]
         runs.append((metrics, _weights(learner)))
     assert runs[0][0] == runs[1][0]
     for name, value in runs[0][1].items():
@@ -180,8 +156,8 @@ def test_same_seed_same_metrics_and_weights(model_dir):
 
 
 def test_lr_schedule_counts_learner_steps(model_dir):
-    learner = _learner(model_dir, lr=1e-3, warmup_steps=2, lr_schedule="cosine", total_steps=4)
-    lrs = [learner.step(_trajectories(4, seed=s), _advantages(4, seed=s))["learner/lr"]
+    learner = tiny_learner(model_dir, lr=1e-3, warmup_steps=2, lr_schedule="cosine", total_steps=4)
+    lrs = [learner.step(random_trajectories(4, seed=s), random_advantages(4, seed=s))["learner/lr"]
            for s in range(4)]
     assert lrs == pytest.approx([5e-4, 1e-3, 1e-3, 5e-4])  # 2 mini-batches each: still one lr step
     assert lr_factor(4, 2, 4, "cosine") == 0.0 and lr_factor(9, 2, 4, "cosine") == 0.0
@@ -191,14 +167,14 @@ def test_lr_schedule_counts_learner_steps(model_dir):
 
 
 def test_export_weights_are_fp32_copies_under_hf_names(model_dir):
-    learner = _learner(model_dir)
+    learner = tiny_learner(model_dir)
     exported = learner.export_weights()
     assert set(exported) == set(learner.model.state_dict())
     assert all(a.dtype == np.float32 and a.flags["C_CONTIGUOUS"] for a in exported.values())
     if learner.model.config.tie_word_embeddings:
         assert exported["lm_head.weight"] is exported["model.embed_tokens.weight"]
     snapshot = {n: a.copy() for n, a in exported.items()}
-    learner.step(_trajectories(8, seed=10), _advantages(8, seed=10))
+    learner.step(random_trajectories(8, seed=10), random_advantages(8, seed=10))
     for name, array in exported.items():
         np.testing.assert_array_equal(array, snapshot[name])  # not views of live parameters
     fresh = learner.export_weights()["model.norm.weight"]

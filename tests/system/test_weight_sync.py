@@ -57,19 +57,19 @@ def test_gloo_sync_delivers_the_learner_weights_to_every_worker(warm_model_dir):
     import numpy as np
     import ray
 
-    from actors.loop import Cluster
+    from actors.cluster import Cluster
 
     cfg = load_config(["configs/ci.yaml"], [
         f"model.path={warm_model_dir}", "ray.address=local", "ray.num_cpus=3",
         "rollout.num_workers=2", "model.dtype=float32", "weight_sync.transport=gloo",
         "weight_sync.bucket_mib=0.05"])
     with Cluster(cfg) as cluster:
-        learner = cluster.learner
+        learner = cluster.learner.group
         learner.get(learner.members[0].__ray_call__.remote(  # weights the folder does not have
             lambda w: [p.data.add_(0.01) for p in w.learner.model.parameters()] and None))
         cluster.push_weights(5)
         want = learner.get(learner.submit("export_weights", [()]))[0]
-        for member in cluster.rollout.members:
+        for member in cluster.rollout.group.members:
             got, version, joined = ray.get(member.__ray_call__.remote(lambda w: (
                 {k: v.numpy().copy() for k, v in w.engine.model.state_dict().items()},
                 w.engine.version, w.sync is not None)))

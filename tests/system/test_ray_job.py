@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 BIN = pathlib.Path(sys.executable).parent
 README = (ROOT / "README.md").read_text()
 RUN_DIR_LINE = re.compile(r"arl train: run directory (\S+)")

@@ -70,7 +70,8 @@ def test_sampled_ids_survive_and_env_ids_are_masked(warm_model_dir, max_new_toke
             # The prompt is exactly the trajectory so far, and the sampled ids follow unchanged.
             assert t.token_ids[: len(prompt)].tolist() == prompt
             assert t.token_ids[len(prompt) : end].tolist() == gen.token_ids.tolist()
-            np.testing.assert_array_equal(t.sampler_logprobs[len(prompt) : end], gen.logprobs)
+            np.testing.assert_array_equal(t.sampler_logprobs[len(prompt) : end],
+                                          gen.sampler_logprobs)
             sampled[i].extend(gen.token_ids.tolist())
     for i, t in enumerate(trajs):
         # Exactly the sampled ids carry mask 1; everything else (prompt, env replies) is 0.
@@ -157,8 +158,8 @@ class _NaNEngine:
         if self.calls > 1:
             return out
         first = out[0]
-        nan = np.full_like(first.logprobs, np.nan)
-        return [dataclasses.replace(first, logprobs=nan), *out[1:]]
+        nan = np.full_like(first.sampler_logprobs, np.nan)
+        return [dataclasses.replace(first, sampler_logprobs=nan), *out[1:]]
 
 
 def test_env_exceptions_fail_only_their_episode(warm_model_dir):

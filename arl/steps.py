@@ -1,0 +1,33 @@
+"""Which start states a step plays: a pure function of the config and the step, so that sync
+mode, async mode and a resumed run all play the same groups."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from arl.config import Config
+
+
+@dataclass(frozen=True)
+class StartStates:
+    """The groups of one step: their env seeds and group ids."""
+
+    env_seeds: list[int]
+    group_ids: list[int]
+
+
+def start_states(cfg: Config, step: int) -> StartStates:
+    """Distinct, reproducible start states for every group of every step."""
+    n = cfg.rollout.groups_per_step
+    ids = [step * n + g for g in range(n)]
+    seeds = np.random.SeedSequence([cfg.seed, step]).generate_state(n, dtype=np.uint32)
+    return StartStates([int(s) for s in seeds], ids)
+
+
+def transcripts_wanted(cfg: Config, step: int) -> int:
+    """How many groups of `step` bring a decoded conversation (`wandb.samples` every
+    `wandb.samples_every` steps)."""
+    every = cfg.wandb.samples_every
+    return cfg.wandb.samples if every and step % every == 0 else 0

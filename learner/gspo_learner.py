@@ -1,0 +1,307 @@
+"""The GSPO learner step (arXiv 2507.18071) on one rank: losses here, updates by a backend.
+
+One learner step = one rollout batch:
+  1. collate the trajectories (exact sampled ids, right padding);
+  2. shuffle the sequence order with a generator seeded by (seed, version), split the batch into
+     `mini_batches` near-equal mini-batches, and compute `old_logprobs` for all of them under
+     no_grad with the weights at the start of the step;
+  3. per mini-batch: micro-batches of `micro_batch_size` accumulate gradients of a loss whose
+     normaliser is the mini-batch size (so the sum equals the whole mini-batch's gradient),
+     clip the grad norm, take one AdamW step. Later mini-batches are therefore off-policy and
+     the clip matters. A non-finite loss or grad norm (DeepSpeed: a non-finite gradient)
+     skips that optimizer step, leaving parameters and optimizer state untouched, and is
+     counted;
+  4. version += 1. The LR schedule counts learner steps, not optimizer steps (learner/optim.py).
+
+With M data-parallel ranks (learner/data_parallel.py), each trains on its slice of every
+mini-batch and the backend (learner/backend.py: torch, or DeepSpeed ZeRO 1-3) sums gradients
+over the group; the step itself is written for one rank.
+
+old_logprobs are recomputed here, by the learner, at the start of the step: in sync mode they
+are the sampling policy's (up to engine numerics, logged as `rollout/sampler_logprob_gap`); in
+async mode they are the learner's current weights, up to `max_staleness` versions ahead of the
+sampler's. The clip is anchored to the learner's own policy in both modes (AReaL's decoupled
+objective), and `learner.behaviour_is_cap > 0` also weights each sequence's advantage by the
+truncated behaviour ratio (`gspo.behaviour_weights`). They are computed over exactly the
+micro-batches training runs later, so before the first update `logprobs == old_logprobs` bit
+for bit and the first mini-batch's ratios are exactly 1.
+
+Precision: the learner keeps fp32 weights and computes in fp32 whatever the rollout dtype: a
+bf16 forward adds noise to the sequence log-ratio of the size of GSPO's clip range (3e-4), so
+the clip decision would be noise. `export_weights` gives fp32 arrays; engines cast them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from arl import gspo
+from arl.config import LearnerConfig
+from arl.dtypes import DTYPES
+from arl.types import Histogram, Trajectory
+from learner import snapshot
+from learner.backend import make_backend
+from learner.checkpoint import LearnerState
+from learner.collate import Batch, collate
+from learner.data_parallel import DataParallel
+from learner.lora import apply_lora
+from learner.model import load_model, set_torch_threads, token_logprobs
+from learner.optim import lr_factor
+
+
+@dataclass(frozen=True)
+class _MiniResult:
+    """One optimizer step's outcome."""
+
+    loss: float  # sum of the micro-batch losses = the mini-batch loss
+    grad_norm: float  # before clipping
+    applied: bool  # False: non-finite loss or grad norm, step skipped
+    outputs: list[gspo.LossOutput]
+    tokens: int  # non-pad tokens through forward + backward
+    lengths: list[torch.Tensor]  # [b] response lengths (mask tokens), one per output
+
+
+class GSPOLearner:
+    """Trains a causal LM with GSPO on trajectories' exact token ids. Plain class: Ray wraps it
+    in actors/. Same seed + same inputs -> identical metrics and weights."""
+
+    def __init__(
+        self, model_path: str, cfg: LearnerConfig, dtype: str, total_steps: int, seed: int
+    ):
+        """Load the model at `model_path` (fp32, train mode), AdamW and the LR schedule.
+
+        dtype: the rollout engine's dtype (auto | bfloat16 | float32); the learner trains in
+        fp32 either way. total_steps: learner steps in the run (cosine length). Raises
+        ValueError for an unknown dtype or loss, or a model with dropout (the trained policy
+        must be the sampling policy, or ratios compare two different functions).
+        """
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
+        if cfg.loss not in gspo.LOSSES:
+            raise ValueError(f"loss must be one of {sorted(gspo.LOSSES)}, got {cfg.loss!r}")
+        set_torch_threads(cfg.cpus)
+        self.cfg, self.total_steps, self.seed = cfg, total_steps, seed
+        # learner.gpus > 0: the GPU Ray reserved for this actor (the only one it sees).
+        if cfg.gpus > 0 and not torch.cuda.is_available():
+            raise RuntimeError("learner.gpus > 0 but this process sees no CUDA GPU")
+        self.device = torch.device("cuda" if cfg.gpus > 0 else "cpu")
+        self.model, self.pad_id = _trainable_model(model_path, cfg, self.device)
+        self.loss_fn = gspo.LOSSES[cfg.loss]
+        self.backend = make_backend(self.model, cfg, self.device)  # optimizer, reductions
+        self.dp = DataParallel(self.backend, cfg.micro_batch_size, self.device)
+        self.counters = {"version": 0, "skipped_steps": 0, "skipped_in_row": 0}
+        self.forward = _Forward(self.backend, self.device, cfg.micro_batch_size)
+
+    @property
+    def version(self) -> int:
+        """Learner steps done."""
+        return self.counters["version"]
+
+    def join_group(self, rank: int, world: int, address: str, port: int) -> None:
+        """Become rank `rank` of `world` data-parallel learners (learner/distributed.py):
+        from now on each step trains on this rank's slice and sums gradients over the group."""
+        self.backend.join_group(rank, world, address, port)
+
+    @property
+    def lr(self) -> float:
+        """The learning rate the next learner step will use."""
+        cfg = self.cfg
+        factor = lr_factor(self.version, cfg.warmup_steps, self.total_steps, cfg.lr_schedule)
+        return cfg.lr * factor
+
+    def step(
+        self, trajectories: Sequence[Trajectory], advantages: np.ndarray, temperature: float = 1.0
+    ) -> dict[str, float | Histogram]:
+        """One learner step on a rollout batch; returns metrics.
+
+        advantages [B], one per trajectory; temperature: the sampling temperature, so logprobs
+        are those of softmax(logits / temperature), like sampler_logprobs. `learner/loss` and
+        `learner/grad_norm` (pre-clip) are means over the optimizer steps that were applied
+        (NaN if none was); `learner/skipped_steps` counts this step's skipped ones and
+        `learner/skipped_in_row` the skipped ones since the last applied step (across steps).
+        An empty batch changes nothing but the version.
+        """
+        lr = self.lr
+        if not trajectories:  # every group was masked: nothing to learn from, time moves on
+            self.counters["version"] += 1
+            return _metrics([], [], [], lr, self.counters["skipped_in_row"], 0.0)
+        self.backend.set_lr(lr)
+        batch = collate(trajectories, advantages, self.pad_id)
+        self.forward.filler = batch.select(np.array([0]))  # see _Forward.fill
+        minis = self._mini_batches(batch, temperature)
+        results = [self._optimizer_step(mini, size, temperature) for mini, size in minis]
+        outputs, lengths = self.dp.gathered([o for r in results for o in r.outputs],
+                                            [n for r in results for n in r.lengths])
+        self.counters["version"] += 1
+        for r in results:
+            self.counters["skipped_steps"] += not r.applied
+            self.counters["skipped_in_row"] = 0 if r.applied else self.counters[
+                "skipped_in_row"] + 1
+        gap = self._sampler_gap([m for m, _ in minis if m is not None])
+        return _metrics(results, outputs, lengths, lr, self.counters["skipped_in_row"], gap)
+
+    def _mini_batches(self, batch: Batch, temperature: float) -> list[tuple[Batch | None, int]]:
+        """Shuffle (seeded by seed and version), split into mini-batches, attach old_logprobs.
+        Returns (this rank's slice of the mini-batch, or None if it has no rows; the size of
+        the whole mini-batch, the loss normaliser) per mini-batch.
+
+        All old_logprobs are computed before any update: they are the policy at step start.
+        With fewer sequences than `mini_batches`, each sequence is its own mini-batch.
+        """
+        order = np.random.default_rng([self.seed, self.version]).permutation(batch.size)
+        out: list[tuple[Batch | None, int]] = []
+        for rows in np.array_split(order, min(self.cfg.mini_batches, batch.size)):
+            mine = self.dp.share(rows)
+            mini = batch.select(mine) if len(mine) else None
+            old = self.forward.old_logprobs(mini, temperature, self.dp.passes(len(rows)))
+            if mini is not None:
+                mini = mini.with_old_logprobs(old)
+            if mini is not None and self.cfg.behaviour_is_cap > 0:  # off-policy correction
+                mini = dataclasses.replace(mini, advantages=mini.advantages * (
+                    gspo.behaviour_weights(mini.old_logprobs, mini.sampler_logprobs,
+                                           mini.loss_mask, self.cfg.behaviour_is_cap)))
+            out.append((mini, len(rows)))
+        return out
+
+    def _optimizer_step(self, mini: Batch | None, size: int, temperature: float) -> _MiniResult:
+        """Accumulate the mini-batch gradient over micro-batches (normaliser `size`: the whole
+        mini-batch); the backend sums it over the data-parallel group, clips, and steps
+        unless non-finite."""
+        cfg, dev = self.cfg, self.device
+        loss, outputs, lengths, tokens = 0.0, [], [], 0
+        micros = mini.split(cfg.micro_batch_size) if mini is not None else []
+        for micro in micros:
+            logprobs = self.forward.logprobs(micro, temperature)
+            out = self.loss_fn(
+                logprobs, micro.old_logprobs.to(dev), micro.advantages.to(dev),
+                micro.loss_mask.to(dev),
+                cfg.clip_low, cfg.clip_high, size,  # global normaliser: the whole mini-batch
+            )
+            self.backend.backward(out.loss)
+            loss += out.loss.item()
+            outputs.append(gspo.LossOutput(out.loss.detach().cpu(), out.ratio.cpu(),
+                                           out.clipped_low.cpu(), out.clipped_high.cpu()))
+            lengths.append(micro.loss_mask.sum(dim=-1))
+            tokens += micro.num_tokens
+        self.forward.fill(max(0, self.dp.passes(size) - len(micros)), temperature, backward=True)
+        loss, summed_tokens = self.dp.sum([loss, float(tokens)])
+        norm, applied = self.backend.step(math.isfinite(loss))
+        return _MiniResult(loss, norm, applied, outputs, int(summed_tokens), lengths)
+
+    def _sampler_gap(self, minis: list[Batch]) -> float:
+        """Mean |sampler_logprobs - old_logprobs| over loss-mask tokens of the whole batch
+        (0.0 if there are none)."""
+        total = float(sum(((m.sampler_logprobs - m.old_logprobs).abs() * m.loss_mask).sum()
+                          for m in minis))
+        count = float(sum(m.loss_mask.sum() for m in minis))
+        total, count = self.dp.sum([total, count])
+        return total / count if count > 0 else 0.0
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        """Full fp32 weights under HF names (learner/snapshot.py); {} on ranks other than 0."""
+        return snapshot.export_weights(self.backend)
+
+    def state_dict_for_checkpoint(self) -> LearnerState | None:
+        """Parameters, AdamW state and counters (learner/snapshot.py); None off rank 0."""
+        return snapshot.checkpoint_state(self.backend, self.counters)
+
+    def load_checkpoint_state(self, state: LearnerState) -> None:
+        """Restore a `state_dict_for_checkpoint` snapshot (any backend or group size)."""
+        self.counters = snapshot.load_state(self.backend, self.model, state)
+
+
+class _Forward:
+    """Forward passes of micro-batches under the current weights, on the learner's device
+    (batches stay on the CPU until here)."""
+
+    def __init__(self, backend, device: torch.device, micro_batch_size: int):
+        self.backend, self.device, self.micro_batch_size = backend, device, micro_batch_size
+        self.filler: Batch | None = None  # one row of the current batch (`fill`)
+
+    def logprobs(self, micro: Batch, temperature: float) -> torch.Tensor:
+        """[b, t] float32 logprobs of a micro-batch's ids."""
+        return token_logprobs(self.backend.module, micro.input_ids.to(self.device),
+                              micro.attention_mask.to(self.device), temperature)
+
+    @torch.no_grad()
+    def old_logprobs(self, mini: Batch | None, temperature: float,
+                     passes: int) -> torch.Tensor | None:
+        """[b, t] logprobs of a mini-batch (None for a rank without rows, which only makes
+        its `passes`), computed micro-batch by micro-batch exactly as the optimizer step will
+        (same rows, same trimmed shapes), so they match bit for bit."""
+        micros = mini.split(self.micro_batch_size) if mini is not None else []
+        out = torch.zeros(mini.input_ids.shape, dtype=torch.float32) if micros else None
+        start = 0
+        for micro in micros:
+            logprobs = self.logprobs(micro, temperature)
+            out[start : start + micro.size, : logprobs.shape[1]] = logprobs.cpu()
+            start += micro.size
+        self.fill(max(0, passes - len(micros)), temperature, backward=False)
+        return out
+
+    def fill(self, passes: int, temperature: float, backward: bool) -> None:
+        """`passes` passes that change nothing, so that this rank makes as many as the others:
+        a forward over one row and, with `backward`, a zero loss through every parameter."""
+        for _ in range(passes):
+            logprobs = self.logprobs(self.filler, temperature)
+            if backward:
+                self.backend.backward(logprobs.sum() * 0.0)
+
+
+def _trainable_model(model_path: str, cfg: LearnerConfig, device: torch.device
+                     ) -> tuple[torch.nn.Module, int]:
+    """(the model at `model_path` in fp32 and train mode on `device`, with LoRA adapters if
+    configured, its pad id). Raises ValueError without a pad token or with dropout."""
+    model, tokenizer = load_model(model_path, "float32")
+    model.to(device)
+    if cfg.lora.rank > 0:  # adapters only: AdamW state for them alone (learner/lora.py)
+        model = apply_lora(model, cfg.lora)
+    _require_no_dropout(model)
+    model.train()
+    if tokenizer.pad_token_id is None:
+        raise ValueError(f"tokenizer at {model_path!r} has no pad token")
+    return model, int(tokenizer.pad_token_id)
+
+
+def _metrics(results: list[_MiniResult], outputs: list[gspo.LossOutput],
+             lengths: list[torch.Tensor], lr: float, skipped_in_row: int,
+             gap: float) -> dict[str, float | Histogram]:
+    applied = [r for r in results if r.applied]
+    metrics: dict[str, float | Histogram] = {
+        "learner/loss": _mean([r.loss for r in applied]),
+        "learner/grad_norm": _mean([r.grad_norm for r in applied]),
+        "learner/lr": lr,
+        "learner/skipped_steps": float(len(results) - len(applied)),
+        "learner/skipped_in_row": float(skipped_in_row),
+    }
+    if not results:  # an empty batch
+        return {**metrics, "perf/train_tokens": 0.0}
+    return {**metrics, **gspo.diagnostics(outputs, lengths),
+            "rollout/sampler_logprob_gap": gap,
+            "perf/train_tokens": float(sum(r.tokens for r in results))}
+
+
+def _require_no_dropout(model: torch.nn.Module) -> None:
+    """Raise if any dropout is active in train mode (RL needs the sampling policy itself)."""
+    rates = {
+        name: value
+        for name, value in model.config.to_dict().items()
+        if ("dropout" in name or name.endswith("pdrop"))
+        and isinstance(value, (int, float)) and value > 0
+    }
+    rates.update(
+        {name: mod.p for name, mod in model.named_modules()
+         if isinstance(mod, torch.nn.Dropout) and mod.p > 0}
+    )
+    if rates:
+        raise ValueError(f"the learner needs a model without dropout, found {rates}")
+
+
+def _mean(values: list[float]) -> float:
+    return float(np.mean(values)) if values else math.nan
