@@ -39,6 +39,11 @@ class RolloutBatch:
     def sampled_tokens(self) -> int:
         return sum(s.response_len for s in self.summaries)
 
+    def __add__(self, other: RolloutBatch) -> RolloutBatch:
+        """Both batches' episodes, this one's first."""
+        return RolloutBatch(self.summaries + other.summaries,
+                            self.trajectory_refs + other.trajectory_refs)
+
 
 def worker_shares(env_seeds: list[int], group_ids: list[int], seed: int, workers: int,
                   transcripts: int) -> list[tuple]:

@@ -26,14 +26,21 @@ class StepDone:
     staleness: list[int] = field(default_factory=list)  # learner - policy version, per episode
     dropped_stale: int = 0  # trajectories dropped as too stale this step
     rollout_idle: float = 0.0  # mean seconds a rollout worker had nothing to do
+    resample_rounds: int = 0  # dynamic sampling: extra rounds of start states played
 
 
 def step_metrics(cfg: Config, done: StepDone, t_end: float, actor_restarts: int) -> Metrics:
-    """Every metric of one step (`t_end`: when the step's work was done)."""
+    """Every metric of one step (`t_end`: when the step's work was done). The rollout
+    signals describe the step's first round of `groups_per_step` groups, so that runs with
+    and without dynamic sampling report the same thing: how the policy plays."""
+    size, n = cfg.rollout.group_size, cfg.rollout.groups_per_step
+    first = done.batch.summaries[: n * size]
+    failed = np.array([s.failure is not None for s in first]).reshape(-1, size).any(axis=1)
     return {
-        **rollout_metrics(done.batch.summaries, cfg.rollout.group_size,
-                          OUTCOME_KINDS.get(cfg.env.name, ())),
-        "rollout/masked_groups": float((~done.keep).sum() / cfg.rollout.group_size),
+        **rollout_metrics(first, size, OUTCOME_KINDS.get(cfg.env.name, ())),
+        "rollout/masked_groups": float(failed.sum()),
+        "rollout/trained_groups": float(done.keep.sum() / size),
+        "rollout/resample_rounds": float(done.resample_rounds),
         "rollout/actor_restarts": float(actor_restarts),
         **done.learner_metrics,
         **_async_metrics(done),

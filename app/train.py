@@ -17,11 +17,12 @@ import torch
 
 from actors.cluster import Cluster
 from actors.pipeline import AsyncRollouts
+from actors.rollout_pool import RolloutBatch
 from app.run import Run, run_dir
 from app.step_metrics import StepDone, step_metrics
 from app.stop import StopOnSignal, Stopped
 from arl.config import Config, require_extras
-from arl.gspo import group_advantages
+from arl.gspo import group_advantages, informative_groups
 from arl.metrics import Metrics
 from arl.steps import start_states, transcripts_wanted
 from arl.types import EpisodeSummary
@@ -77,17 +78,50 @@ def _sync_steps(cfg: Config, cluster: Cluster, start: int) -> Iterator[tuple[int
     """Sync mode, as in the GSPO paper: collect with weights v, train, push v + 1."""
     for step in range(start, cfg.steps):
         t0 = time.perf_counter()
-        states = start_states(cfg, step)
-        batch = cluster.collect(states.env_seeds, states.group_ids, seed=cfg.seed + step,
-                                transcripts=transcripts_wanted(cfg, step))
+        batch, rounds = _collect(cfg, cluster, step)
         t1 = time.perf_counter()
         advantages, keep = _advantages(cfg, batch.summaries)
+        if cfg.rollout.dynamic_sampling:
+            keep &= _first_informative(cfg, batch.summaries, keep)
         learner_metrics = cluster.learner_step(batch, advantages, keep)
         t2 = time.perf_counter()
         cluster.push_weights(version=step + 1)
         t3 = time.perf_counter()
         yield step, StepDone(batch, keep, learner_metrics, (t0, t1, t2, t3),
-                             staleness=[0] * len(batch.summaries), rollout_idle=t3 - t1)
+                             staleness=[0] * len(batch.summaries), rollout_idle=t3 - t1,
+                             resample_rounds=rounds)
+
+
+def _collect(cfg: Config, cluster: Cluster, step: int) -> tuple[RolloutBatch, int]:
+    """The step's batch, and how many extra rounds it took: one round of `groups_per_step`
+    start states, then (dynamic sampling) more rounds of fresh ones until that many groups
+    have rewards that differ, or `max_resample_rounds` ran out."""
+    n, size = cfg.rollout.groups_per_step, cfg.rollout.group_size
+    batch, rounds = None, 0
+    while True:
+        states = start_states(cfg, step, rounds)
+        # Round r samples with seeds no other step's or round's calls use.
+        seed = cfg.seed + step + rounds * (cfg.steps + 1)
+        played = cluster.collect(states.env_seeds, states.group_ids, seed=seed,
+                                 transcripts=transcripts_wanted(cfg, step) if not rounds else 0)
+        batch = played if batch is None else batch + played
+        if not cfg.rollout.dynamic_sampling or rounds >= cfg.rollout.max_resample_rounds:
+            return batch, rounds
+        rewards = torch.tensor([s.reward for s in batch.summaries]).view(-1, size)
+        if int(informative_groups(rewards).sum()) >= n:
+            return batch, rounds
+        rounds += 1
+
+
+def _first_informative(cfg: Config, summaries: list[EpisodeSummary],
+                       keep: np.ndarray) -> np.ndarray:
+    """[B] mask of the first `groups_per_step` groups (in play order) that are kept and have
+    rewards that differ: what dynamic sampling trains on."""
+    size = cfg.rollout.group_size
+    rewards = torch.tensor([s.reward for s in summaries]).view(-1, size)
+    good = informative_groups(rewards).numpy() & keep.reshape(-1, size).all(axis=1)
+    chosen = good & (np.cumsum(good) <= cfg.rollout.groups_per_step)
+    return np.repeat(chosen, size)
 
 
 def _async_steps(cfg: Config, cluster: Cluster, start: int) -> Iterator[tuple[int, StepDone]]:

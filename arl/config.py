@@ -167,6 +167,9 @@ def _check_rollout(cfg: Config) -> None:
         raise ConfigError("rollout.groups_per_step", "in async mode it must be a multiple of "
                           f"rollout.num_workers ({r.num_workers}): a batch is one "
                           "equal share from each")
+    if r.dynamic_sampling and cfg.mode != "sync":
+        raise ConfigError("rollout.dynamic_sampling", "needs mode=sync: a step decides how "
+                          "many more groups to play from the ones it has")
     if r.group_size < 2:
         raise ConfigError("rollout.group_size", "must be >= 2: advantages are group-relative")
     if r.engine == "vllm" and r.top_p != 1:

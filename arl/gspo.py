@@ -56,6 +56,13 @@ def group_advantages(rewards: Tensor, eps: float = 1e-6) -> Tensor:
     return torch.where(all_equal, torch.zeros_like(adv), adv)
 
 
+def informative_groups(rewards: Tensor) -> Tensor:
+    """Groups whose rewards are not all equal: the only ones with a non-zero advantage, so
+    the only ones that teach anything (DAPO's dynamic sampling keeps these). rewards [N, G]
+    -> [N] bool."""
+    return ~(rewards == rewards[:, :1]).all(dim=-1)
+
+
 def _compute_dtype(x: Tensor) -> torch.dtype:
     return torch.promote_types(x.dtype, torch.float32)  # fp32, or fp64 if already fp64
 
@@ -166,6 +173,16 @@ def grpo_loss(
     low_frac = _masked_mean(low.to(dtype), loss_mask).float()  # [B]
     high_frac = _masked_mean(high.to(dtype), loss_mask).float()  # [B]
     return LossOutput(loss, ratio, low_frac, high_frac)
+
+
+def entropy_bonus(entropy: Tensor, loss_mask: Tensor, num_sequences: int) -> Tensor:
+    """B = (1/N) sum_i (1/|y_i|) sum_t mask_t * H_i,t: the policy's token entropy, averaged
+    per sequence like GSPO's ratio and normalised by the same global N, so that
+    `loss - coef * B` keeps the loss invariant to micro-batch and rank splits.
+    entropy, loss_mask [B, T] -> [] (differentiable through `entropy`)."""
+    _check(num_sequences)
+    dtype = _compute_dtype(entropy)
+    return _masked_mean(entropy.to(dtype), loss_mask).sum() / num_sequences
 
 
 def behaviour_weights(old_logprobs: Tensor, sampler_logprobs: Tensor, loss_mask: Tensor,

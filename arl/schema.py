@@ -71,6 +71,8 @@ class EnvConfig:
                            check="non_negative")
     search_depth: int = opt(4, "connect_four: the minimax opponent's search depth",
                             check="positive")
+    board_format: str = opt("lists", "tic-tac-toe boards as text: lists (X: 1 5 / O: 3 / free: "
+                            "...) or grid (X|2|O rows)", choices=("lists", "grid"))
 
 
 @dataclass
@@ -109,6 +111,11 @@ class RolloutConfig:
                            "worker; 0: off", check="non_negative")
     fault_delay_s: float = opt(0.0, "fault drills: each collect first sleeps U(0, this) s",
                                check="non_negative")
+    dynamic_sampling: bool = opt(False, "DAPO's dynamic sampling: train only on groups whose "
+                                 "rewards differ, playing further start states until "
+                                 "groups_per_step of them are there (sync mode)")
+    max_resample_rounds: int = opt(4, "dynamic_sampling: extra rounds of groups_per_step start "
+                                   "states a step may play at most", check="non_negative")
     vllm: VllmConfig = section(VllmConfig, "the vllm engine")
 
 
@@ -154,6 +161,8 @@ class LearnerConfig:
                                     "run stops", check="positive")
     behaviour_is_cap: float = opt(0.0, "> 0: weight advantages by min(behaviour IS ratio, cap)",
                                   check="non_negative")
+    entropy_coef: float = opt(0.0, "> 0: subtract coef x the sampled tokens' mean entropy from "
+                              "the loss (an exploration bonus)", check="non_negative")
     lora: LoraConfig = section(LoraConfig, "LoRA adapters (the lora extra)")
 
 

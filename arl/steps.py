@@ -18,11 +18,19 @@ class StartStates:
     group_ids: list[int]
 
 
-def start_states(cfg: Config, step: int) -> StartStates:
-    """Distinct, reproducible start states for every group of every step."""
+def start_states(cfg: Config, step: int, round: int = 0) -> StartStates:
+    """Distinct, reproducible start states for every group of every step. Round r > 0 is the
+    r-th extra set of `groups_per_step` a step plays under dynamic sampling: its own seeds,
+    and group ids after every id a first round can have, so ids stay unique in the run."""
     n = cfg.rollout.groups_per_step
-    ids = [step * n + g for g in range(n)]
-    seeds = np.random.SeedSequence([cfg.seed, step]).generate_state(n, dtype=np.uint32)
+    if round == 0:
+        ids = [step * n + g for g in range(n)]
+        entropy = [cfg.seed, step]
+    else:
+        extra = step * cfg.rollout.max_resample_rounds + round - 1
+        ids = [(cfg.steps + extra) * n + g for g in range(n)]
+        entropy = [cfg.seed, step, round]
+    seeds = np.random.SeedSequence(entropy).generate_state(n, dtype=np.uint32)
     return StartStates([int(s) for s in seeds], ids)
 
 

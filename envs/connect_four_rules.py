@@ -170,7 +170,8 @@ def best_moves(board: Board, player: str, depth: int) -> tuple[int, ...]:
     return tuple(sorted(c for c, s in scores.items() if s == top))
 
 
-def render(board: Board) -> str:
-    """Six rows of cells separated by spaces, top row first, then the column numbers."""
+def render(board: Board, style: str = "grid") -> str:
+    """Six rows of cells separated by spaces, top row first, then the column numbers (the
+    one style connect four has; `style` is accepted for the GameSpec signature)."""
     rows = [" ".join(board[r * COLS : (r + 1) * COLS]) for r in range(ROWS)]
     return "\n".join(rows + [" ".join(str(c) for c in range(1, COLS + 1))])

@@ -77,7 +77,7 @@ class GameSpec:
     legal_moves: Callable[[Board], tuple[int, ...]]
     play: Callable[[Board, int, str], Board]
     winner: Callable[[Board], str | None]
-    render: Callable[[Board], str]
+    render: Callable[[Board, str], str]  # (board, env.board_format) -> text
 
 
 class GameEnv:
@@ -117,7 +117,7 @@ class GameEnv:
             f"You play {self.spec.title} as {self.agent} against an opponent. "
             f"Reply with one {self.spec.tool.name} tool call per turn."
         )
-        user = f"{opening}{self.spec.render(self.board)}\nYou are {self.agent}. Your move."
+        user = f"{opening}{self._render()}\nYou are {self.agent}. Your move."
         return EnvReset(
             messages=(Message("system", system), Message("user", user)),
             tools=(self.spec.tool,),
@@ -152,8 +152,11 @@ class GameEnv:
             return self._finish(text, "loss", self._cfg.reward_loss)
         if not spec.legal_moves(self.board):
             return self._finish(text, "draw", self._cfg.reward_draw)
-        reply = f"{text}\n{spec.render(self.board)}\nYour move."
+        reply = f"{text}\n{self._render()}\nYour move."
         return EnvStep((Message("tool", reply),), 0.0, False, False, {"invalid": False})
+
+    def _render(self) -> str:
+        return self.spec.render(self.board, self._cfg.board_format)
 
     def _opponent_move(self) -> int:
         opponent_mark = "O" if self.agent == "X" else "X"
@@ -178,7 +181,7 @@ class GameEnv:
         self._done = True
         words = {"win": "You win.", "draw": "Draw.", "loss": "You lose."}
         if outcome != "invalid":
-            text = f"{text}\n{self.spec.render(self.board)}\n{words[outcome]}"
+            text = f"{text}\n{self._render()}\n{words[outcome]}"
         final = dict(info or {"invalid": False})
         final.update(outcome=outcome, invalid_calls=self._invalid_calls)
         final[f"{self.spec.arg}s"] = list(self._moves)

@@ -90,7 +90,8 @@ class TicTacToeMoveEnv:
             f"You play tic-tac-toe as {self.agent}. "
             f"Reply with one {CHOOSE_SQUARE.name} tool call."
         )
-        user = f"{rules.render(self.board)}\nYou are {self.agent}. Your move."
+        board = rules.render(self.board, self._cfg.board_format)
+        user = f"{board}\nYou are {self.agent}. Your move."
         return EnvReset(
             messages=(Message("system", system), Message("user", user)),
             tools=(CHOOSE_SQUARE,),

@@ -130,7 +130,8 @@ class GSPOLearner:
         lr = self.lr
         if not trajectories:  # every group was masked: nothing to learn from, time moves on
             self.counters["version"] += 1
-            return _metrics([], [], [], lr, self.counters["skipped_in_row"], 0.0)
+            return {**_metrics([], [], [], lr, self.counters["skipped_in_row"], 0.0),
+                    "learner/entropy": math.nan}
         self.backend.set_lr(lr)
         batch = collate(trajectories, advantages, self.pad_id)
         self.forward.filler = batch.select(np.array([0]))  # see _Forward.fill
@@ -143,8 +144,10 @@ class GSPOLearner:
             self.counters["skipped_steps"] += not r.applied
             self.counters["skipped_in_row"] = 0 if r.applied else self.counters[
                 "skipped_in_row"] + 1
-        gap = self._sampler_gap([m for m, _ in minis if m is not None])
-        return _metrics(results, outputs, lengths, lr, self.counters["skipped_in_row"], gap)
+        gap, entropy = _token_means([m for m, _ in minis if m is not None],
+                                    self._entropy_sum, self.dp)
+        metrics = _metrics(results, outputs, lengths, lr, self.counters["skipped_in_row"], gap)
+        return {**metrics, "learner/entropy": entropy}
 
     def _mini_batches(self, batch: Batch, temperature: float) -> list[tuple[Batch | None, int]]:
         """Shuffle (seeded by seed and version), split into mini-batches, attach old_logprobs.
@@ -155,11 +158,14 @@ class GSPOLearner:
         With fewer sequences than `mini_batches`, each sequence is its own mini-batch.
         """
         order = np.random.default_rng([self.seed, self.version]).permutation(batch.size)
+        self._entropy_sum = 0.0
         out: list[tuple[Batch | None, int]] = []
         for rows in np.array_split(order, min(self.cfg.mini_batches, batch.size)):
             mine = self.dp.share(rows)
             mini = batch.select(mine) if len(mine) else None
-            old = self.forward.old_logprobs(mini, temperature, self.dp.passes(len(rows)))
+            old, entropy = self.forward.old_logprobs(mini, temperature,
+                                                     self.dp.passes(len(rows)))
+            self._entropy_sum += entropy
             if mini is not None:
                 mini = mini.with_old_logprobs(old)
             if mini is not None and self.cfg.behaviour_is_cap > 0:  # off-policy correction
@@ -177,14 +183,18 @@ class GSPOLearner:
         loss, outputs, lengths, tokens = 0.0, [], [], 0
         micros = mini.split(cfg.micro_batch_size) if mini is not None else []
         for micro in micros:
-            logprobs = self.forward.logprobs(micro, temperature)
+            logprobs, entropy = self.forward.logprobs(micro, temperature, cfg.entropy_coef > 0)
             out = self.loss_fn(
                 logprobs, micro.old_logprobs.to(dev), micro.advantages.to(dev),
                 micro.loss_mask.to(dev),
                 cfg.clip_low, cfg.clip_high, size,  # global normaliser: the whole mini-batch
             )
-            self.backend.backward(out.loss)
-            loss += out.loss.item()
+            total = out.loss
+            if entropy is not None:  # the exploration bonus, with the same normaliser
+                total = total - cfg.entropy_coef * gspo.entropy_bonus(
+                    entropy, micro.loss_mask.to(dev), size)
+            self.backend.backward(total)
+            loss += total.item()
             outputs.append(gspo.LossOutput(out.loss.detach().cpu(), out.ratio.cpu(),
                                            out.clipped_low.cpu(), out.clipped_high.cpu()))
             lengths.append(micro.loss_mask.sum(dim=-1))
@@ -193,15 +203,6 @@ class GSPOLearner:
         loss, summed_tokens = self.dp.sum([loss, float(tokens)])
         norm, applied = self.backend.step(math.isfinite(loss))
         return _MiniResult(loss, norm, applied, outputs, int(summed_tokens), lengths)
-
-    def _sampler_gap(self, minis: list[Batch]) -> float:
-        """Mean |sampler_logprobs - old_logprobs| over loss-mask tokens of the whole batch
-        (0.0 if there are none)."""
-        total = float(sum(((m.sampler_logprobs - m.old_logprobs).abs() * m.loss_mask).sum()
-                          for m in minis))
-        count = float(sum(m.loss_mask.sum() for m in minis))
-        total, count = self.dp.sum([total, count])
-        return total / count if count > 0 else 0.0
 
     def export_weights(self) -> dict[str, np.ndarray]:
         """Full fp32 weights under HF names (learner/snapshot.py); {} on ranks other than 0."""
@@ -224,34 +225,50 @@ class _Forward:
         self.backend, self.device, self.micro_batch_size = backend, device, micro_batch_size
         self.filler: Batch | None = None  # one row of the current batch (`fill`)
 
-    def logprobs(self, micro: Batch, temperature: float) -> torch.Tensor:
-        """[b, t] float32 logprobs of a micro-batch's ids."""
-        return token_logprobs(self.backend.module, micro.input_ids.to(self.device),
-                              micro.attention_mask.to(self.device), temperature)
+    def logprobs(self, micro: Batch, temperature: float, with_entropy: bool = False
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """([b, t] float32 logprobs of a micro-batch's ids, [b, t] entropy or None)."""
+        out = token_logprobs(self.backend.module, micro.input_ids.to(self.device),
+                             micro.attention_mask.to(self.device), temperature, with_entropy)
+        return out if with_entropy else (out, None)
 
     @torch.no_grad()
     def old_logprobs(self, mini: Batch | None, temperature: float,
-                     passes: int) -> torch.Tensor | None:
-        """[b, t] logprobs of a mini-batch (None for a rank without rows, which only makes
-        its `passes`), computed micro-batch by micro-batch exactly as the optimizer step will
-        (same rows, same trimmed shapes), so they match bit for bit."""
+                     passes: int) -> tuple[torch.Tensor | None, float]:
+        """([b, t] logprobs of a mini-batch, the sum of the sampled tokens' entropies): None
+        and 0 for a rank without rows, which only makes its `passes`. Computed micro-batch by
+        micro-batch exactly as the optimizer step will (same rows, same trimmed shapes), so
+        they match bit for bit."""
         micros = mini.split(self.micro_batch_size) if mini is not None else []
         out = torch.zeros(mini.input_ids.shape, dtype=torch.float32) if micros else None
-        start = 0
+        start, entropy = 0, 0.0
         for micro in micros:
-            logprobs = self.logprobs(micro, temperature)
+            logprobs, h = self.logprobs(micro, temperature, with_entropy=True)
             out[start : start + micro.size, : logprobs.shape[1]] = logprobs.cpu()
+            entropy += float((h.cpu() * micro.loss_mask).sum())
             start += micro.size
         self.fill(max(0, passes - len(micros)), temperature, backward=False)
-        return out
+        return out, entropy
 
     def fill(self, passes: int, temperature: float, backward: bool) -> None:
         """`passes` passes that change nothing, so that this rank makes as many as the others:
         a forward over one row and, with `backward`, a zero loss through every parameter."""
         for _ in range(passes):
-            logprobs = self.logprobs(self.filler, temperature)
+            logprobs, _ = self.logprobs(self.filler, temperature)
             if backward:
                 self.backend.backward(logprobs.sum() * 0.0)
+
+
+def _token_means(minis: list[Batch], entropy_sum: float, dp: DataParallel
+                 ) -> tuple[float, float]:
+    """Means over the loss-mask tokens of the whole batch (0.0 if there are none) of
+    |sampler_logprobs - old_logprobs| and of the policy's entropy at the step's start
+    (`entropy_sum`: this rank's sum)."""
+    total = float(sum(((m.sampler_logprobs - m.old_logprobs).abs() * m.loss_mask).sum()
+                      for m in minis))
+    count = float(sum(m.loss_mask.sum() for m in minis))
+    total, entropy, count = dp.sum([total, entropy_sum, count])
+    return (total / count, entropy / count) if count > 0 else (0.0, 0.0)
 
 
 def _trainable_model(model_path: str, cfg: LearnerConfig, device: torch.device

@@ -71,10 +71,13 @@ def token_logprobs(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     temperature: float = 1.0,
-) -> torch.Tensor:
+    with_entropy: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probs [B, T] float32: out[b, t] = log p(input_ids[b, t] | input_ids[b, <t])
     under softmax(logits / temperature). out[b, t] = 0 unless tokens t-1 and t are both attended
-    (so column 0, padding, and the first real token of a left-padded row are 0).
+    (so column 0, padding, and the first real token of a left-padded row are 0). With
+    `with_entropy`, also the entropy [B, T] of the distribution each token was drawn from
+    (0 where the log-prob is 0).
 
     Left, right or no padding all work: position ids follow the attention mask. Differentiable
     when grad is enabled. The fp32 log-softmax runs over chunks of tokens, and with grad on each
@@ -92,22 +95,36 @@ def token_logprobs(
     # row (b, t) predicts ids[b, t + 1]; the wrapped-around last column is dropped below
     flat_targets = torch.roll(input_ids, -1, dims=1).reshape(-1)
     use_checkpoint = torch.is_grad_enabled() and flat_logits.requires_grad
+    chunk_fn = _chunk_logprobs_entropy if with_entropy else _chunk_logprobs
     pieces = []
     for start in range(0, flat_targets.numel(), _LOGPROB_CHUNK_TOKENS):
         rows = slice(start, start + _LOGPROB_CHUNK_TOKENS)
         args = (flat_logits[rows], flat_targets[rows], temperature)
         if use_checkpoint:
-            pieces.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False))
+            pieces.append(checkpoint(chunk_fn, *args, use_reentrant=False))
         else:
-            pieces.append(_chunk_logprobs(*args))
-    shifted = torch.cat(pieces).view(batch, length)[:, :-1]  # [B, T-1]: entries 1..T-1
+            pieces.append(chunk_fn(*args))
     # where(), not multiply: logits at padded positions may be garbage, and NaN * 0 is NaN.
     valid = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()
-    shifted = torch.where(valid, shifted, torch.zeros_like(shifted))
-    return torch.cat([shifted.new_zeros(batch, 1), shifted], dim=1)
+
+    def place(flat: torch.Tensor) -> torch.Tensor:
+        shifted = flat.view(batch, length)[:, :-1]  # [B, T-1]: entries 1..T-1
+        shifted = torch.where(valid, shifted, torch.zeros_like(shifted))
+        return torch.cat([shifted.new_zeros(batch, 1), shifted], dim=1)
+
+    if not with_entropy:
+        return place(torch.cat(pieces))
+    return place(torch.cat([p[0] for p in pieces])), place(torch.cat([p[1] for p in pieces]))
 
 
 def _chunk_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float):
     """[N, V] logits (any dtype), [N] targets -> [N] fp32 log-probs of the targets."""
     logp = F.log_softmax(logits.float() / temperature, dim=-1)
     return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def _chunk_logprobs_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature: float):
+    """As `_chunk_logprobs`, and the entropy [N] of each row's distribution."""
+    logp = F.log_softmax(logits.float() / temperature, dim=-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1), entropy

@@ -67,6 +67,21 @@ def tiny_learner(model_dir: str, total_steps: int = 10, seed: int = 0, **overrid
 
 
 ROW = re.compile(r"^([1-9XO])\|([1-9XO])\|([1-9XO])$", re.M)
+LISTS = re.compile(r"^X: ([-\d ]+)\nO: ([-\d ]+)\nfree:", re.M)
+
+
+def read_board(text: str) -> tuple[str, ...]:
+    """The last tic-tac-toe board in `text`, in either board format."""
+    lists = LISTS.findall(text)
+    if lists:
+        board = ["."] * 9
+        for mark, squares in zip("XO", lists[-1], strict=True):
+            for square in squares.split():
+                if square != "-":
+                    board[int(square) - 1] = mark
+        return tuple(board)
+    cells = [c for row in ROW.findall(text)[-3:] for c in row]
+    return tuple(c if c in "XO" else "." for c in cells)
 
 
 class ScriptedEngine:
@@ -88,8 +103,7 @@ class ScriptedEngine:
         out = []
         for ids in prompts:
             text = self.tokenizer.decode(ids)
-            cells = [c for row in ROW.findall(text)[-3:] for c in row]
-            board = tuple(c if c in "XO" else "." for c in cells)
+            board = read_board(text)
             agent = re.findall(r"You are ([XO])", text)[-1]
             square = self.choose(board, agent)
             reply = ("<tool_call>{oops</tool_call>" if square is None else

@@ -315,3 +315,19 @@ def test_behaviour_weights_are_truncated_length_normalised_ratios():
     w = behaviour_weights(old, sampler, mask, cap=4.0)
     assert w.tolist() == pytest.approx([2.0, 4.0, 1.0])  # 8 capped at 4
     assert behaviour_weights(sampler, sampler, mask, cap=4.0).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_entropy_bonus_by_hand_and_split_invariant():
+    from arl.gspo import entropy_bonus
+
+    entropy = torch.tensor([[0.5, 1.0, 2.0, 9.0], [1.5, 0.0, 0.0, 0.0], [3.0, 3.0, 0.0, 0.0]],
+                           requires_grad=True)
+    mask = torch.tensor([[1, 1, 0, 0], [1, 0, 0, 0], [0, 0, 0, 0]])
+    bonus = entropy_bonus(entropy, mask, num_sequences=4)  # N counts the empty row too
+    # per sequence: (0.5 + 1.0) / 2 = 0.75; 1.5; the empty row 0 -> sum 2.25 over N = 4
+    assert bonus.item() == pytest.approx(2.25 / 4)
+    bonus.backward()
+    assert entropy.grad[0].tolist() == [0.125, 0.125, 0.0, 0.0]  # 1/|y| / N where mask=1
+    assert entropy.grad[2].tolist() == [0.0] * 4
+    parts = sum(entropy_bonus(entropy[i:i + 1].detach(), mask[i:i + 1], 4) for i in range(3))
+    assert parts.item() == pytest.approx(bonus.item())

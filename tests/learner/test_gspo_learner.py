@@ -186,3 +186,34 @@ def test_bad_arguments_are_refused(model_dir):
         GSPOLearner(model_dir, LearnerConfig(), "float16", total_steps=1, seed=0)
     with pytest.raises(ValueError, match="loss"):
         GSPOLearner(model_dir, LearnerConfig(loss="ppo"), "float32", total_steps=1, seed=0)
+
+
+def test_token_entropy_is_the_entropy_of_each_sampled_token_distribution(model_dir):
+    learner = tiny_learner(model_dir)
+    batch = collate(random_trajectories(3, seed=4), np.zeros(3), learner.pad_id)
+    with torch.no_grad():
+        logprobs, entropy = token_logprobs(learner.model, batch.input_ids, batch.attention_mask,
+                                           temperature=0.7, with_entropy=True)
+        plain = token_logprobs(learner.model, batch.input_ids, batch.attention_mask, 0.7)
+        logits = learner.model(input_ids=batch.input_ids,
+                               attention_mask=batch.attention_mask).logits.float() / 0.7
+    assert torch.equal(logprobs, plain)  # asking for the entropy changes no log-prob
+    logp = torch.log_softmax(logits, dim=-1)
+    expected = -(logp.exp() * logp).sum(-1)[:, :-1]  # position t predicts token t + 1
+    real = (batch.attention_mask[:, 1:] * batch.attention_mask[:, :-1]).bool()
+    torch.testing.assert_close(entropy[:, 1:][real], expected[real], rtol=1e-5, atol=1e-5)
+    assert (entropy[:, 0] == 0).all() and (entropy[:, 1:][~real] == 0).all()
+
+
+def test_the_entropy_bonus_raises_the_entropy(model_dir):
+    trajectories = random_trajectories(8, seed=12)
+    zero = np.zeros(8, dtype=np.float32)  # no advantage: only the bonus moves the policy
+    after = {}
+    for coef in (0.0, 0.5):
+        learner = tiny_learner(model_dir, lr=3e-3, entropy_coef=coef)
+        first = learner.step(trajectories, zero)["learner/entropy"]
+        for _ in range(3):
+            learner.step(trajectories, zero)
+        after[coef] = learner.step(trajectories, zero)["learner/entropy"]
+    assert after[0.0] == pytest.approx(first, rel=1e-6)  # nothing to learn, nothing moves
+    assert after[0.5] > first + 1e-3
