@@ -17,6 +17,7 @@ from actors.model_files import cluster_nodes, ship
 from actors.rollout_pool import RolloutBatch, RolloutPool
 from actors.weight_sync import WeightSync, make_weight_sync
 from arl.config import Config
+from arl.evaluation import Position
 
 
 class Cluster:
@@ -87,6 +88,12 @@ class Cluster:
         """`publish_weights`, then wait until every rollout worker has loaded them."""
         self.rollout.wait_loads(self.publish_weights(version))
         self.sync.finish()
+
+    def evaluate(self, positions: dict[str, list[Position]], seed: int) -> dict[str, float]:
+        """`eval/*` metrics of the current weights, played by rollout worker 0."""
+        e = self.cfg.eval
+        return self.rollout.group.get(self.rollout.group.submit_one(
+            0, "evaluate", (list(e.opponents), positions, e.games, seed)))
 
     def load_checkpoint(self, directory: str) -> dict[str, Any]:
         """Restore the learner from `directory`; return the `extra` JSON that

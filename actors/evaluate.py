@@ -3,6 +3,7 @@ play full games against an opponent, or score given positions (`arl eval`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from collections import Counter
@@ -13,7 +14,7 @@ import numpy as np
 from actors.engines.hf import HFEngine
 from arl.config import EnvConfig
 from arl.episode import ChatRenderer, run_episodes
-from arl.evaluation import GAME_OUTCOMES, Position, Rate, game_outcome
+from arl.evaluation import GAME_OUTCOMES, Position, Rate, game_outcome, parse_opponent
 from arl.protocols import RolloutEngine
 from arl.types import SamplingParams, Trajectory
 from envs.registry import make_env
@@ -87,6 +88,18 @@ def load_policy(path: str, dtype: str = "auto") -> HFEngine:
     return engine
 
 
+def trained_env(path: str) -> dict:
+    """The env config (as JSON) of the run a checkpoint comes from; {} for a model folder or
+    a checkpoint that records none."""
+    learner_json = os.path.join(path, "learner.json")
+    if not os.path.isfile(os.path.join(path, MANIFEST_FILE)) or not os.path.isfile(learner_json):
+        return {}
+    import json
+
+    with open(learner_json, encoding="utf-8") as f:
+        return json.load(f).get("extra", {}).get("config", {}).get("env", {})
+
+
 def checkpoint_step_of(path: str) -> int:
     """The learner step a checkpoint was saved after (its manifest's `step`)."""
     from pathlib import Path
@@ -111,6 +124,34 @@ def play_games(engine: RolloutEngine, env_cfg: EnvConfig, games: int, samples: i
                           max_turns=MAX_GAME_TURNS[env_cfg.name])
     counts = Counter(game_outcome(str(t.info.get("outcome", "illegal"))) for t in played)
     return {o: Rate(counts[o], len(played)) for o in GAME_OUTCOMES}
+
+
+def evaluation_metrics(engine: RolloutEngine, env_cfg: EnvConfig, opponents: list[str],
+                       positions: dict[str, list[Position]], games: int, seed: int,
+                       max_new_tokens: int) -> dict[str, float]:
+    """Greedy play of the engine's current policy, as `eval/*` metrics: for each opponent
+    (`arl eval --opponent` spellings) `games` full games as X and as O, and each positions
+    file's accuracy. Full games are tic-tac-toe unless `env_cfg` is connect four; the run's
+    board format and reward table stay."""
+    greedy = SamplingParams(0.0, 1.0, max_new_tokens, seed)
+    game = "connect_four" if env_cfg.name == "connect_four" else "tictactoe"
+    metrics: dict[str, float] = {}
+    for spec in opponents:
+        opponent = parse_opponent(spec)
+        name = spec.replace(":", "")
+        for seat in ("X", "O"):
+            cfg = dataclasses.replace(env_cfg, name=game, opponent=opponent.name,
+                                      opponent_epsilon=opponent.epsilon, seat=seat)
+            rates = play_games(engine, cfg, games, 1, greedy)
+            for outcome, rate in rates.items():
+                metrics[f"eval/{name}_as_{seat}_{outcome}"] = rate.rate
+            metrics[f"eval/{name}_as_{seat}_nonloss"] = rates["win"].rate + rates["draw"].rate
+    one_move = dataclasses.replace(env_cfg, name="tictactoe_move")
+    for label, rows in positions.items():
+        rates = score_positions(engine, rows, 1, greedy, one_move)
+        metrics[f"eval/{label}_accuracy"] = rates["accuracy"].rate
+        metrics[f"eval/{label}_illegal"] = rates["illegal"].rate + rates["invalid_call"].rate
+    return metrics
 
 
 def score_positions(engine: RolloutEngine, positions: list[Position], samples: int,

@@ -13,10 +13,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from actors.engines.registry import make_engine
+from actors.evaluate import evaluation_metrics
 from actors.model_files import ShippedModel, local_model
 from actors.transport import Layout, SyncGroup
 from arl.config import EnvConfig, ModelConfig, RolloutConfig
 from arl.episode import ChatRenderer, run_episodes
+from arl.evaluation import Position
 from arl.types import EpisodeSummary, SamplingParams, Trajectory
 from envs.registry import make_env
 from learner.model import set_torch_threads
@@ -103,6 +105,14 @@ class RolloutWorker:
         """Receive one broadcast from learner rank 0 and load it as `version`; return the
         pid like `update_weights`."""
         return self.update_weights(self.sync.receive(self.layout, self.bucket_bytes), version)
+
+    def evaluate(self, opponents: list[str], positions: dict[str, list[Position]], games: int,
+                 seed: int) -> dict[str, float]:
+        """`eval/*` metrics of the weights this worker holds (actors/evaluate.py), and
+        `eval/policy_version`: which weights those are."""
+        metrics = evaluation_metrics(self.engine, self.env_cfg, opponents, positions, games,
+                                     seed, self.cfg.max_new_tokens)
+        return {**metrics, "eval/policy_version": float(self.engine.version)}
 
     @property
     def version(self) -> int:

@@ -84,6 +84,8 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--max-new-tokens", type=int, default=48)
     ev.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="auto: bfloat16 where this CPU has bf16 instructions, else float32")
+    ev.add_argument("--board-format", default=None, choices=("lists", "grid"),
+                    help="how boards are shown (default: the checkpoint's run's, else lists)")
 
 
 def _plan_parser(sub: argparse._SubParsersAction) -> None:

@@ -24,20 +24,22 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.games < 1 or args.samples < 0:
         raise UserError("--games must be >= 1 and --samples >= 0")
     checkpoint = resolve_checkpoint(args.checkpoint)
-    from actors.evaluate import load_policy, play_games, score_positions
+    from actors.evaluate import load_policy, play_games, score_positions, trained_env
 
     engine = load_policy(checkpoint, args.dtype)
+    board_format = args.board_format or trained_env(checkpoint).get("board_format", "lists")
     samples = args.samples or 1
     params = SamplingParams(args.temperature if args.samples else 0.0, 1.0,
                             args.max_new_tokens, args.seed)
     mode = f"{samples} sampled" if args.samples else "greedy"
     if positions is not None:
-        rates = score_positions(engine, positions, samples, params)
+        rates = score_positions(engine, positions, samples, params,
+                                EnvConfig(name="tictactoe_move", board_format=board_format))
         summary = {"positions": len(positions), "samples": samples}
         print(f"{checkpoint}: {len(positions)} positions, {mode} replies, 95 % Wilson intervals")
     else:
         env_cfg = EnvConfig(name=args.env, opponent=opponent.name,
-                            opponent_epsilon=opponent.epsilon)
+                            opponent_epsilon=opponent.epsilon, board_format=board_format)
         rates = play_games(engine, env_cfg, args.games, samples, params)
         summary = {"env": args.env, "opponent": args.opponent, "games": args.games * samples}
         print(f"{checkpoint}: {args.games * samples} games of {args.env} against "

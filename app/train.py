@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import time
 from collections.abc import Callable, Iterator
 
@@ -22,6 +23,7 @@ from app.run import Run, run_dir
 from app.step_metrics import StepDone, step_metrics
 from app.stop import StopOnSignal, Stopped
 from arl.config import Config, require_extras
+from arl.evaluation import Position, read_positions
 from arl.gspo import group_advantages, informative_groups
 from arl.metrics import Metrics
 from arl.steps import start_states, transcripts_wanted
@@ -47,6 +49,7 @@ def train(cfg: Config, use_ray: bool = True) -> Metrics:
     # A GGUF model is converted once into a cached HF directory that every worker loads.
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(
         cfg.model, path=prepare_model(cfg.model.path)))
+    positions = _read_positions(cfg)
     with Run(cfg) as run, Cluster(cfg, use_ray=use_ray) as cluster, StopOnSignal() as stop:
         resumed = cluster.load_checkpoint(run.resume_from) if run.resume_from else {}
         run.open_sinks(wandb_run_id=resumed.get("wandb_run_id"))
@@ -58,6 +61,10 @@ def train(cfg: Config, use_ray: bool = True) -> Metrics:
             if cfg.learner.checkpoint_every and (step + 1) % cfg.learner.checkpoint_every == 0:
                 _save_checkpoint(run, cluster, step + 1)
             metrics = step_metrics(cfg, done, t_end, cluster.actor_restarts)
+            if cfg.eval.every and ((step + 1) % cfg.eval.every == 0 or step + 1 == cfg.steps):
+                t_eval = time.perf_counter()
+                metrics.update(cluster.evaluate(positions, seed=cfg.seed + 10**6 + step))
+                metrics["timing/eval"] = time.perf_counter() - t_eval
             run.log_samples(step, done.batch.summaries)
             run.log(step, metrics)
             if metrics["learner/skipped_in_row"] >= cfg.learner.max_nonfinite_in_row:
@@ -72,6 +79,13 @@ def train(cfg: Config, use_ray: bool = True) -> Metrics:
         if not run.has_checkpoint(cfg.steps):
             _save_checkpoint(run, cluster, cfg.steps)
     return metrics
+
+
+def _read_positions(cfg: Config) -> dict[str, list[Position]]:
+    """The positions files evaluation scores, by file name (read once, by the driver)."""
+    if not cfg.eval.every:
+        return {}
+    return {os.path.splitext(os.path.basename(p))[0]: read_positions(p) for p in cfg.eval.positions}
 
 
 def _sync_steps(cfg: Config, cluster: Cluster, start: int) -> Iterator[tuple[int, StepDone]]:

@@ -23,6 +23,7 @@ from arl.schema import (  # noqa: F401 (the sections are imported from here)
     CHECKS,
     Config,
     EnvConfig,
+    EvalConfig,
     LearnerConfig,
     LoraConfig,
     ModelConfig,
@@ -150,6 +151,7 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
     _check_rollout(cfg)
     _check_learner(cfg)
     _check_warmstart(cfg)
+    _check_eval(cfg, check_paths)
     if not cfg.run_name or "/" in cfg.run_name or cfg.run_name.startswith("."):
         raise ConfigError("run_name", f"must be a plain directory name, got {cfg.run_name!r}")
     if check_paths:
@@ -212,6 +214,24 @@ def _check_learner(cfg: Config) -> None:
             "learner.mini_batches",
             f"must divide the batch of {batch} trajectories (groups_per_step * group_size)",
         )
+
+
+def _check_eval(cfg: Config, check_paths: bool) -> None:
+    from arl.evaluation import parse_opponent
+
+    for i, spec in enumerate(cfg.eval.opponents):
+        try:
+            parse_opponent(spec)
+        except ValueError:
+            raise ConfigError(f"eval.opponents.{i}", f"{spec!r}: must be minimax, random or "
+                              "eps:<p> with 0 <= p <= 1") from None
+    if cfg.eval.every and check_paths:
+        for i, path in enumerate(cfg.eval.positions):
+            if not os.path.isfile(path):
+                raise ConfigError(f"eval.positions.{i}", f"no positions file at {path}")
+    if cfg.eval.every and cfg.env.name == "connect_four" and cfg.eval.positions:
+        raise ConfigError("eval.positions", "positions files are tic-tac-toe boards; set "
+                          "eval.positions=[] for connect_four")
 
 
 def _check_warmstart(cfg: Config) -> None:

@@ -71,6 +71,8 @@ class EnvConfig:
                            check="non_negative")
     search_depth: int = opt(4, "connect_four: the minimax opponent's search depth",
                             check="positive")
+    seat: str = opt("random", "full games: the agent's mark (X moves first); random: drawn "
+                    "from the episode seed", choices=("random", "X", "O"))
     board_format: str = opt("lists", "tic-tac-toe boards as text: lists (X: 1 5 / O: 3 / free: "
                             "...) or grid (X|2|O rows)", choices=("lists", "grid"))
 
@@ -229,6 +231,20 @@ class WarmstartConfig:
 
 
 @dataclass
+class EvalConfig:
+    """Evaluation during training (actors/evaluate.py, the code `arl eval` runs)."""
+
+    every: int = opt(0, "steps between evaluations of the current weights (and after the "
+                     "last step); 0: never", check="non_negative")
+    games: int = opt(40, "greedy full games per opponent and seat", check="positive")
+    opponents: list[str] = opt(["minimax", "eps:0.3", "random"], "opponents of the full games: "
+                               "minimax | random | eps:<p>")
+    positions: list[str] = opt(["configs/positions/win_in_one.jsonl",
+                                "configs/positions/block_in_one.jsonl"],
+                               "positions files scored greedily (read by the driver)")
+
+
+@dataclass
 class Config:
     run_name: str = opt("run", "the run's directory name under output_dir")
     seed: int = opt(0, "seeds every start state, sample and shuffle", check="non_negative")
@@ -248,4 +264,5 @@ class Config:
     weight_sync: WeightSyncConfig = section(WeightSyncConfig, "how weights reach the workers")
     ray: RayConfig = section(RayConfig, "the Ray cluster")
     wandb: WandbConfig = section(WandbConfig, "metrics to wandb")
+    eval: EvalConfig = section(EvalConfig, "evaluation during training")
     warmstart: WarmstartConfig = section(WarmstartConfig, "`arl warmstart`: the tiny model")

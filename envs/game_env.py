@@ -104,7 +104,8 @@ class GameEnv:
 
     def reset(self, seed: int) -> EnvReset:
         self._rng = random.Random(seed)
-        self.agent = self._rng.choice(("X", "O"))
+        drawn = self._rng.choice(("X", "O"))  # drawn even for a fixed seat: the same stream
+        self.agent = drawn if self._cfg.seat == "random" else self._cfg.seat
         self.board = self.spec.initial
         self._moves: list[int] = []
         self._invalid_calls = 0
