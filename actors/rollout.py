@@ -15,12 +15,14 @@ from typing import Any
 from actors.engines.registry import make_engine
 from actors.evaluate import evaluation_metrics
 from actors.model_files import ShippedModel, local_model
+from actors.snapshot_policy import SnapshotPolicy
 from actors.transport import Layout, SyncGroup
 from arl.config import EnvConfig, ModelConfig, RolloutConfig
 from arl.episode import ChatRenderer, run_episodes
 from arl.evaluation import Position
 from arl.types import EpisodeSummary, SamplingParams, Trajectory
-from envs.registry import make_env
+from envs.opponents import PolicyOpponent
+from envs.registry import game_spec, make_env
 from learner.model import set_torch_threads
 
 
@@ -49,6 +51,11 @@ class RolloutWorker:
         self.engine = make_engine(model, rollout)
         tokenizer = self.engine.get_tokenizer()
         self.renderer = ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
+        # Self-play: a frozen snapshot of the policy plays the opponent (actors/snapshot_policy).
+        self.snapshot: SnapshotPolicy | None = None
+        if env.opponent == "policy" and env.name != "tictactoe_move":
+            self.snapshot = SnapshotPolicy(model.path, game_spec(env.name), env,
+                                           rollout.temperature)
         self.sync: SyncGroup | None = None  # this worker's end of a collective weight sync
 
     def collect(
@@ -60,7 +67,7 @@ class RolloutWorker:
         if self.cfg.fault_delay_s > 0:  # a slow worker, on purpose (seeded: reproducible)
             time.sleep(random.Random(seed).uniform(0.0, self.cfg.fault_delay_s))
         starts = [
-            (make_env(self.env_cfg), int(env_seed), int(group_id))
+            (make_env(self.env_cfg, self._opponent()), int(env_seed), int(group_id))
             for env_seed, group_id in zip(env_seeds, group_ids, strict=True)
             for _ in range(self.cfg.group_size)
         ]
@@ -87,10 +94,18 @@ class RolloutWorker:
         # The learner trains on token ids; the messages travel only in transcripts.
         return summaries, [dataclasses.replace(t, messages=()) for t in trajectories]
 
+    def _opponent(self) -> PolicyOpponent | None:
+        if self.snapshot is None:
+            return None
+        return PolicyOpponent(self.snapshot, self.snapshot.spec.legal_moves)
+
     def update_weights(self, weights: Mapping[str, Any], version: int) -> int:
-        """Load `weights` as `version`; return this process's pid, which tells the driver
-        whether the worker it talks to is a rebuilt one."""
+        """Load `weights` as `version` (and into the self-play snapshot every
+        `env.opponent_refresh_every` versions); return this process's pid, which tells the
+        driver whether the worker it talks to is a rebuilt one."""
         self.engine.update_weights(weights, version)
+        if self.snapshot is not None and version % self.env_cfg.opponent_refresh_every == 0:
+            self.snapshot.load(weights, version)
         return os.getpid()
 
     def join_sync(self, address: str, port: int, rank: int, world: int, backend: str,

@@ -169,6 +169,9 @@ def _check_rollout(cfg: Config) -> None:
         raise ConfigError("rollout.groups_per_step", "in async mode it must be a multiple of "
                           f"rollout.num_workers ({r.num_workers}): a batch is one "
                           "equal share from each")
+    if cfg.env.opponent == "policy" and cfg.env.name == "tictactoe_move":
+        raise ConfigError("env.opponent", "tictactoe_move has no opponent; opponent=policy "
+                          "(self-play) is for the full games, tictactoe and connect_four")
     if r.dynamic_sampling and cfg.mode != "sync":
         raise ConfigError("rollout.dynamic_sampling", "needs mode=sync: a step decides how "
                           "many more groups to play from the ones it has")

@@ -65,6 +65,9 @@ class EnvConfig:
                         choices=("random", "minimax", "eps_minimax", "policy"))
     opponent_epsilon: float = opt(0.3, "eps_minimax: the chance of a random move",
                                   check="fraction")
+    opponent_refresh_every: int = opt(10, "opponent=policy: steps between refreshes of the "
+                                      "frozen snapshot of the policy that plays the opponent",
+                                      check="positive")
     invalid_action: str = opt("end", "an invalid turn ends the game (end) or may be retried",
                               choices=("end", "retry"))
     max_retries: int = opt(2, "invalid_action=retry: retries per turn before the game ends",

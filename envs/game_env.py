@@ -80,6 +80,18 @@ class GameSpec:
     render: Callable[[Board, str], str]  # (board, env.board_format) -> text
 
 
+def position_prompt(spec: GameSpec, cfg: EnvConfig, board: Board, player: str,
+                    opening: str = "") -> EnvReset:
+    """The opening prompt of a full game, for `player` to move on `board` (after `opening`,
+    e.g. the opponent's first move): what the agent sees at the start of a game, and what a
+    policy opponent (self-play) is asked on every move of its own."""
+    system = (f"You play {spec.title} as {player} against an opponent. "
+              f"Reply with one {spec.tool.name} tool call per turn.")
+    user = f"{opening}{spec.render(board, cfg.board_format)}\nYou are {player}. Your move."
+    return EnvReset(messages=(Message("system", system), Message("user", user)),
+                    tools=(spec.tool,))
+
+
 class GameEnv:
     """A full game against an opponent; implements `arl.protocols.Env`.
 
@@ -114,15 +126,7 @@ class GameEnv:
         opening = ""
         if self.agent == "O":
             opening = f"Opponent played {self.spec.arg} {self._opponent_move()}.\n"
-        system = (
-            f"You play {self.spec.title} as {self.agent} against an opponent. "
-            f"Reply with one {self.spec.tool.name} tool call per turn."
-        )
-        user = f"{opening}{self._render()}\nYou are {self.agent}. Your move."
-        return EnvReset(
-            messages=(Message("system", system), Message("user", user)),
-            tools=(self.spec.tool,),
-        )
+        return position_prompt(self.spec, self._cfg, self.board, self.agent, opening)
 
     def step(self, turn: ParsedTurn) -> EnvStep:
         if self._done is None:

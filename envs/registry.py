@@ -5,8 +5,11 @@ from __future__ import annotations
 from arl.config import EnvConfig
 from arl.protocols import Env
 from arl.schema import ENV_NAMES
+from envs.connect_four import SPEC as CONNECT_FOUR
 from envs.connect_four import make_connect_four
+from envs.game_env import GameSpec
 from envs.opponents import Opponent
+from envs.tictactoe import SPEC as TICTACTOE
 from envs.tictactoe import make_tictactoe
 from envs.tictactoe_move import TicTacToeMoveEnv
 
@@ -16,6 +19,14 @@ OUTCOME_KINDS = {
     "tictactoe": ("win", "draw", "loss", "invalid"),
     "connect_four": ("win", "draw", "loss", "invalid"),
 }
+
+
+def game_spec(name: str) -> GameSpec:
+    """The rules of the full-game env `name` (tictactoe | connect_four)."""
+    specs = {"tictactoe": TICTACTOE, "connect_four": CONNECT_FOUR}
+    if name not in specs:
+        raise ValueError(f"{name!r} is not a full-game env; choose from {sorted(specs)}")
+    return specs[name]
 
 
 def make_env(cfg: EnvConfig, opponent: Opponent | None = None) -> Env:
