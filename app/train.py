@@ -23,6 +23,7 @@ from app.run import Run, run_dir
 from app.step_metrics import StepDone, step_metrics
 from app.stop import StopOnSignal, Stopped
 from arl.config import Config, require_extras
+from arl.credit import turn_advantages
 from arl.evaluation import Position, read_positions
 from arl.gspo import group_advantages, informative_groups
 from arl.metrics import Metrics
@@ -161,12 +162,22 @@ def _async_steps(cfg: Config, cluster: Cluster, start: int) -> Iterator[tuple[in
 
 
 def _advantages(cfg: Config, summaries: list[EpisodeSummary]) -> tuple[np.ndarray, np.ndarray]:
-    """(advantages [B], keep [B]): group-relative advantages, and a mask that drops every
-    group with a failed episode (an env raised: its reward says nothing about the policy)."""
-    size = cfg.rollout.group_size
+    """(advantages, keep [B]): group-relative advantages, and a mask that drops every group
+    with a failed episode (an env raised: its reward says nothing about the policy).
+    Advantages are [B] floats, or with `learner.advantage: turn` an object array of one
+    array of turn advantages per episode (arl/credit.py)."""
+    size, lr = cfg.rollout.group_size, cfg.learner
     keep = ~np.array([s.failure is not None for s in summaries]).reshape(-1, size).any(axis=1)
+    if lr.advantage == "turn":
+        per_turn = turn_advantages([s.turn_rewards for s in summaries],
+                                   [s.turn_states for s in summaries], size,
+                                   lr.step_advantage_weight, lr.advantage_eps, lr.turn_discount)
+        out = np.empty(len(per_turn), dtype=object)
+        for i, adv in enumerate(per_turn):
+            out[i] = adv * 0.0 if not keep[i // size] else adv
+        return out, np.repeat(keep, size)
     rewards = torch.tensor([s.reward for s in summaries], dtype=torch.float32).view(-1, size)
-    advantages = group_advantages(rewards, cfg.learner.advantage_eps)
+    advantages = group_advantages(rewards, lr.advantage_eps)
     advantages[~torch.from_numpy(keep)] = 0.0
     return advantages.flatten().numpy(), np.repeat(keep, size)
 

@@ -202,6 +202,10 @@ def _check_rollout(cfg: Config) -> None:
 
 def _check_learner(cfg: Config) -> None:
     lr = cfg.learner
+    if lr.advantage == "turn" and lr.loss == "gspo":
+        raise ConfigError("learner.advantage", "turn-level advantages differ along a sequence; "
+                          "GSPO's one ratio per sequence cannot weigh them: use learner.loss="
+                          "gspo_token (or grpo)")
     if lr.lora.rank and not lr.lora.alpha > 0:
         raise ConfigError("learner.lora.alpha", "must be > 0")
     if lr.lora.rank and not lr.lora.target_modules:

@@ -27,6 +27,7 @@ from arl.types import (
     ToolCallError,
     ToolCallErrorKind,
     Trajectory,
+    Turn,
 )
 
 
@@ -48,6 +49,7 @@ class _Episode:
     done: bool = False
     info: dict[str, Any] = field(default_factory=dict)
     failure: str | None = None
+    turn_log: list[Turn] = field(default_factory=list)
 
     def append(self, ids: Sequence[int], sampled: bool, logprobs: Sequence[float] = ()) -> None:
         """Append ids; the mask and logprobs are written here and nowhere else."""
@@ -207,6 +209,7 @@ def _advance(
     last_turn: bool,
 ) -> None:
     """Append one sampled turn, let the env answer, and append its reply if the game goes on."""
+    start = len(ep.ids)
     ep.append(ids.tolist(), sampled=True, logprobs=logprobs.tolist())
     if not np.isfinite(logprobs).all():  # a broken engine: never let NaN reach the learner
         ep.failure, ep.done = "the engine returned non-finite sampler log-probs", True
@@ -229,6 +232,7 @@ def _advance(
         ep.failure, ep.done = f"env.step returned a non-finite reward ({result.reward!r})", True
         return
     ep.reward += reward
+    ep.turn_log.append(Turn(start, len(ep.ids), reward, result.turn_state))
     ep.info = dict(result.info)
     ep.done = result.terminated or result.truncated or last_turn
     history = [*ep.messages, Message("assistant", text)]
@@ -253,6 +257,7 @@ def _finish(ep: _Episode, version: int) -> Trajectory:
         info=ep.info,
         failure=ep.failure,
         messages=tuple(ep.messages),
+        turns=tuple(ep.turn_log),
     )
 
 

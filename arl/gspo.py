@@ -108,6 +108,9 @@ def gspo_loss(
 ) -> LossOutput:
     """GSPO (arXiv 2507.18071): L = -(1/N) sum_i min(s_i A_i, clip(s_i) A_i)."""
     _check(num_sequences)
+    if advantages.dim() != 1:
+        raise ValueError("gspo_loss takes one advantage per sequence [B]; per-token "
+                         "advantages need gspo_token_loss (or grpo_loss)")
     log_ratio = sequence_log_ratio(logprobs, old_logprobs, loss_mask)  # [B]
     ratio = torch.exp(log_ratio)  # [B] s_i
     adv = advantages.detach().to(ratio.dtype)  # [B]
@@ -129,19 +132,22 @@ def gspo_token_loss(
 ) -> LossOutput:
     """GSPO-token (arXiv 2507.18071): s_i,t = sg[s_i] * pi(y_t) / sg[pi(y_t)].
 
-    L = -(1/N) sum_i (1/|y_i|) sum_t min(s_i,t A_i,t, clip(s_i,t) A_i,t), A_i,t = A_i here.
-    s_i,t has the value of s_i, so with per-sequence advantages the loss value and gradient
-    equal gspo_loss's exactly; the variant exists for per-token advantages later.
+    L = -(1/N) sum_i (1/|y_i|) sum_t min(s_i,t A_i,t, clip(s_i,t) A_i,t). `advantages` is
+    [B] (A_i,t = A_i: then the loss value and gradient equal gspo_loss's exactly) or [B, T]
+    per token (turn-level credit, arl/credit.py). s_i,t has the value of s_i. The clip flags
+    use each sequence's mean advantage over its mask tokens.
     """
     _check(num_sequences)
     dtype = _compute_dtype(logprobs)
     lp = logprobs.to(dtype)  # [B, T]
     seq_ratio = torch.exp(sequence_log_ratio(logprobs, old_logprobs, loss_mask)).detach()  # [B]
     token_ratio = seq_ratio[:, None] * torch.exp(lp - lp.detach())  # [B, T], value = s_i
-    adv = advantages.detach().to(dtype)  # [B]
-    surrogate, _, _ = _clipped_surrogate(token_ratio, adv[:, None], clip_low, clip_high)
+    adv = advantages.detach().to(dtype)  # [B] or [B, T]
+    token_adv = adv if adv.dim() == 2 else adv[:, None]  # [B, T] or [B, 1]
+    surrogate, _, _ = _clipped_surrogate(token_ratio, token_adv, clip_low, clip_high)
     loss = -_masked_mean(surrogate, loss_mask).sum() / num_sequences
-    _, low, high = _clipped_surrogate(seq_ratio, adv, clip_low, clip_high)  # [B] flags
+    seq_adv = _masked_mean(adv, loss_mask) if adv.dim() == 2 else adv  # [B]
+    _, low, high = _clipped_surrogate(seq_ratio, seq_adv, clip_low, clip_high)  # [B] flags
     return LossOutput(loss, seq_ratio, low.float(), high.float())
 
 
@@ -164,8 +170,9 @@ def grpo_loss(
     _check(num_sequences)
     dtype = _compute_dtype(logprobs)
     token_ratio = torch.exp(logprobs.to(dtype) - old_logprobs.detach().to(dtype))  # [B, T]
-    adv = advantages.detach().to(dtype)  # [B]
-    surrogate, low, high = _clipped_surrogate(token_ratio, adv[:, None], clip_low, clip_high)
+    adv = advantages.detach().to(dtype)  # [B], or [B, T] per token
+    token_adv = adv if adv.dim() == 2 else adv[:, None]
+    surrogate, low, high = _clipped_surrogate(token_ratio, token_adv, clip_low, clip_high)
     loss = -_masked_mean(surrogate, loss_mask).sum() / num_sequences
     has_tokens = loss_mask.sum(dim=-1) > 0  # [B]
     mean_ratio = _masked_mean(token_ratio.detach(), loss_mask)  # [B]

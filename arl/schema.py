@@ -61,6 +61,10 @@ class EnvConfig:
     reward_win: float = opt(1.0, "an immediate win (tictactoe_move) or a won game")
     reward_draw: float = opt(0.0, "a drawn game")
     reward_loss: float = opt(-1.0, "a lost game")
+    reward_move_best: float = opt(0.0, "full games: added to each turn whose move keeps the "
+                                  "game's minimax value (tictactoe)")
+    reward_move_blunder: float = opt(0.0, "full games: added to each turn whose move gives "
+                                     "some of the game's minimax value up (tictactoe)")
     opponent: str = opt("eps_minimax", "who the full games are played against",
                         choices=("random", "minimax", "eps_minimax", "policy"))
     opponent_epsilon: float = opt(0.3, "eps_minimax: the chance of a random move",
@@ -166,6 +170,13 @@ class LearnerConfig:
                                     "run stops", check="positive")
     behaviour_is_cap: float = opt(0.0, "> 0: weight advantages by min(behaviour IS ratio, cap)",
                                   check="non_negative")
+    advantage: str = opt("episode", "episode: one advantage per episode (GSPO); turn: one per "
+                         "model turn from per-turn rewards and step-level groups (arl/credit.py;"
+                         " needs loss gspo_token or grpo)", choices=("episode", "turn"))
+    step_advantage_weight: float = opt(1.0, "advantage=turn: weight of the step-level term",
+                                       check="non_negative")
+    turn_discount: float = opt(1.0, "advantage=turn: gamma of the returns-to-go",
+                               check="fraction")
     entropy_coef: float = opt(0.0, "> 0: subtract coef x the sampled tokens' mean entropy from "
                               "the loss (an exploration bonus)", check="non_negative")
     lora: LoraConfig = section(LoraConfig, "LoRA adapters (the lora extra)")

@@ -102,7 +102,10 @@ class EnvStep:
     """The env's answer to one turn.
 
     `messages` are appended to the conversation (tool results, opponent replies); they are
-    never trained on. `info` carries per-episode facts for metrics (e.g. outcome, square).
+    never trained on. `reward` is this turn's (the episode's is their sum). `info` carries
+    per-episode facts for metrics (e.g. outcome, square). `turn_state` optionally names the
+    state the turn was played in (e.g. the board and the mark to move): turns of different
+    episodes with the same name share a baseline under `learner.advantage: turn`.
     """
 
     messages: tuple[Message, ...]
@@ -110,6 +113,18 @@ class EnvStep:
     terminated: bool
     truncated: bool
     info: dict[str, Any] = field(default_factory=dict)
+    turn_state: str | None = None
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One model turn of an episode: where its sampled ids are in the trajectory, the
+    reward the env gave for it, and the state it was played in (EnvStep.turn_state)."""
+
+    start: int  # token_ids[start:end] are this turn's sampled ids
+    end: int
+    reward: float
+    state: str | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +153,7 @@ class Trajectory:
     failure: str | None = None
     episode_id: int = -1  # unique in a run: group_id * group_size + index in the group
     messages: tuple[Message, ...] = ()
+    turns: tuple[Turn, ...] = ()  # one per model turn, in order
 
     @property
     def response_len(self) -> int:
@@ -160,6 +176,8 @@ class Trajectory:
             episode_id=self.episode_id,
             transcript=transcript,
             messages=self.messages if transcript is not None else (),
+            turn_rewards=tuple(t.reward for t in self.turns),
+            turn_states=tuple(t.state for t in self.turns),
         )
 
 
@@ -179,6 +197,8 @@ class EpisodeSummary:
     episode_id: int = -1  # see Trajectory
     transcript: str | None = None  # the decoded conversation, when the driver asked for it
     messages: tuple[Message, ...] = ()  # the same conversation as messages (with a transcript)
+    turn_rewards: tuple[float, ...] = ()  # see Turn
+    turn_states: tuple[str | None, ...] = ()
 
 
 @dataclass(frozen=True)

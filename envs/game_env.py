@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from arl.config import EnvConfig
 from arl.types import (
@@ -78,6 +78,8 @@ class GameSpec:
     play: Callable[[Board, int, str], Board]
     winner: Callable[[Board], str | None]
     render: Callable[[Board, str], str]  # (board, env.board_format) -> text
+    # The minimax-best moves of the mark to move, for per-move rewards; None: not known.
+    best_moves: Callable[[Board, str], tuple[int, ...]] | None = None
 
 
 def position_prompt(spec: GameSpec, cfg: EnvConfig, board: Board, player: str,
@@ -95,8 +97,11 @@ def position_prompt(spec: GameSpec, cfg: EnvConfig, board: Board, player: str,
 class GameEnv:
     """A full game against an opponent; implements `arl.protocols.Env`.
 
-    Rewards come at the end only (every earlier step gives 0): cfg.reward_win / reward_draw /
-    reward_loss, or cfg.reward_invalid when an invalid turn ends the game. An invalid turn is
+    The game's end is rewarded: cfg.reward_win / reward_draw / reward_loss, or
+    cfg.reward_invalid when an invalid turn ends the game. Each legal move may also earn a
+    per-move reward (cfg.reward_move_best / reward_move_blunder, by the game's minimax value;
+    both 0 by default), and every step names the state its turn was played in
+    (`turn_state`: board and mark), for turn-level advantages. An invalid turn is
     a ToolCallError, a call that `read_move` refuses, or an illegal move. With
     invalid_action="end" it ends the game; with "retry" the agent may retry that turn
     `max_retries` times, and the next invalid turn ends the game.
@@ -133,14 +138,27 @@ class GameEnv:
             raise RuntimeError("step() before reset()")
         if self._done:
             raise RuntimeError("step() after the episode ended; call reset()")
+        state = f"{''.join(self.board)}/{self.agent}"  # where this turn is played
         move = read_move(turn, self.spec.tool, self.spec.arg, self.spec.num_moves)
         if isinstance(move, ToolCallError):
             reason = f"Invalid tool call ({move.kind.value}): {move.message.rstrip('.')}."
-            return self._invalid(reason, move.kind.value)
+            return replace(self._invalid(reason, move.kind.value), turn_state=state)
         if move not in self.spec.legal_moves(self.board):
-            return self._invalid(f"Illegal move: {self.spec.arg} {move} {self.spec.taken}.",
-                                 "illegal_move")
-        return self._play(move)
+            return replace(self._invalid(f"Illegal move: {self.spec.arg} {move} "
+                                         f"{self.spec.taken}.", "illegal_move"), turn_state=state)
+        bonus = self._move_reward(move)
+        result = self._play(move)
+        return replace(result, reward=result.reward + bonus, turn_state=state)
+
+    def _move_reward(self, move: int) -> float:
+        """The per-move reward of a legal move: reward_move_best if it keeps the game's
+        minimax value, reward_move_blunder if it gives some up (both 0 by default: then only
+        the game's end is rewarded)."""
+        cfg = self._cfg
+        if not (cfg.reward_move_best or cfg.reward_move_blunder) or self.spec.best_moves is None:
+            return 0.0
+        best = self.spec.best_moves(self.board, self.agent)
+        return cfg.reward_move_best if move in best else cfg.reward_move_blunder
 
     def _play(self, move: int) -> EnvStep:
         spec = self.spec

@@ -30,6 +30,7 @@ SPEC = GameSpec(
     play=rules.play,
     winner=rules.winner,
     render=rules.render,
+    best_moves=rules.best_moves,
 )
 
 

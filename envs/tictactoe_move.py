@@ -107,7 +107,8 @@ class TicTacToeMoveEnv:
         reward = outcome_reward(outcome, self._cfg)
         info = {"outcome": outcome, "square": square,
                 "invalid": outcome in ("invalid_call", "illegal_move"), **extra}
-        return EnvStep((Message("tool", text),), reward, True, False, info)
+        state = f"{''.join(self.board)}/{self.agent}"
+        return EnvStep((Message("tool", text),), reward, True, False, info, turn_state=state)
 
     def _score(self, turn: ParsedTurn) -> tuple[str, int | None, str, dict[str, str]]:
         """(outcome, square, reply text, extra info) of the turn on the current board."""

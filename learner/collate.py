@@ -27,7 +27,7 @@ class Batch:
     input_ids         [B, T] int64  token ids, right-padded with `pad_id`
     attention_mask    [B, T] int64  1 on real tokens, 0 on padding
     loss_mask         [B, T] float32 1 only on tokens the policy sampled
-    advantages        [B]    float32 one per sequence
+    advantages        [B]    float32 one per sequence, or [B, T] one per token (turn-level)
     sampler_logprobs  [B, T] float32 the rollout engine's log-probs (0 off the loss mask)
     old_logprobs      [B, T] float32 under the weights at the start of the learner step; None
                       until the learner fills it in with `with_old_logprobs`
@@ -85,16 +85,20 @@ class Batch:
 def collate(trajectories: Sequence[Trajectory], advantages: np.ndarray, pad_id: int) -> Batch:
     """Stack trajectories into a right-padded Batch; row i is trajectories[i].
 
-    advantages: [B], one per trajectory, in the same order. Raises ValueError on an empty
-    batch, a length mismatch between the advantages and the trajectories, or a trajectory
-    whose token_ids, loss_mask and sampler_logprobs differ in length. Non-finite advantages
-    pass through: the learner detects them in the loss and skips that optimizer step.
+    advantages: [B], one per trajectory, in the same order; or an object array of B arrays,
+    one advantage per model turn of each trajectory (`learner.advantage: turn`), which become
+    [B, T] per-token advantages over each turn's sampled ids. Raises ValueError on an empty
+    batch, a length mismatch between the advantages and the trajectories (or their turns),
+    or a trajectory whose token_ids, loss_mask and sampler_logprobs differ in length.
+    Non-finite advantages pass through: the learner detects them in the loss and skips that
+    optimizer step.
     """
     if not trajectories:
         raise ValueError("collate needs at least one trajectory")
-    adv = np.asarray(advantages, dtype=np.float32).reshape(-1)
-    if adv.shape[0] != len(trajectories):
-        raise ValueError(f"{adv.shape[0]} advantages for {len(trajectories)} trajectories")
+    per_turn = isinstance(advantages, np.ndarray) and advantages.dtype == object
+    adv = advantages if per_turn else np.asarray(advantages, dtype=np.float32).reshape(-1)
+    if len(adv) != len(trajectories):
+        raise ValueError(f"{len(adv)} advantages for {len(trajectories)} trajectories")
     for i, traj in enumerate(trajectories):
         lengths = {len(traj.token_ids), len(traj.loss_mask), len(traj.sampler_logprobs)}
         if len(lengths) != 1 or 0 in lengths:
@@ -116,9 +120,23 @@ def collate(trajectories: Sequence[Trajectory], advantages: np.ndarray, pad_id: 
         input_ids=input_ids,
         attention_mask=attention_mask,
         loss_mask=torch.from_numpy(loss_mask),
-        advantages=torch.from_numpy(adv.copy()),
+        advantages=torch.from_numpy(_token_advantages(trajectories, adv, length) if per_turn
+                                    else adv.copy()),
         sampler_logprobs=torch.from_numpy(sampler_logprobs),
     )
+
+
+def _token_advantages(trajectories: Sequence[Trajectory], per_turn: np.ndarray,
+                      length: int) -> np.ndarray:
+    """[B, T] float32: turn t's advantage on the ids of turn t (Trajectory.turns), 0 else."""
+    out = np.zeros((len(trajectories), length), dtype=np.float32)
+    for i, (traj, adv) in enumerate(zip(trajectories, per_turn, strict=True)):
+        if len(adv) != len(traj.turns):
+            raise ValueError(f"trajectory {i}: {len(adv)} turn advantages for "
+                             f"{len(traj.turns)} turns")
+        for turn, value in zip(traj.turns, adv, strict=True):
+            out[i, turn.start: turn.end] = value
+    return out
 
 
 def right_pad(sequences: Sequence[Sequence[int] | np.ndarray], pad_id: int

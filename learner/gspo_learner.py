@@ -169,9 +169,11 @@ class GSPOLearner:
             if mini is not None:
                 mini = mini.with_old_logprobs(old)
             if mini is not None and self.cfg.behaviour_is_cap > 0:  # off-policy correction
-                mini = dataclasses.replace(mini, advantages=mini.advantages * (
-                    gspo.behaviour_weights(mini.old_logprobs, mini.sampler_logprobs,
-                                           mini.loss_mask, self.cfg.behaviour_is_cap)))
+                weights = gspo.behaviour_weights(mini.old_logprobs, mini.sampler_logprobs,
+                                                 mini.loss_mask, self.cfg.behaviour_is_cap)
+                if mini.advantages.dim() == 2:  # per-token advantages: one weight a row
+                    weights = weights[:, None]
+                mini = dataclasses.replace(mini, advantages=mini.advantages * weights)
             out.append((mini, len(rows)))
         return out
 

@@ -96,3 +96,18 @@ def test_a_run_with_dynamic_sampling_reports_what_it_played(tmp_path, warm_model
         if row["rollout/resample_rounds"] < cfg.rollout.max_resample_rounds:
             assert row["rollout/trained_groups"] == cfg.rollout.groups_per_step
     assert np.isfinite([r["learner/entropy"] for r in rows]).all()
+
+
+def test_full_games_train_with_turn_level_advantages(tmp_path, warm_model_dir):
+    from app.train import train
+    from tests.builders import metrics_rows
+
+    cfg = ci_config(warm_model_dir, tmp_path, "env.name=tictactoe", "env.opponent=random",
+                    "env.reward_move_best=0.2", "env.reward_move_blunder=-0.5",
+                    "learner.advantage=turn", "learner.loss=gspo_token", "rollout.max_turns=5",
+                    "env.invalid_action=retry", "env.max_retries=4",
+                    "steps=2")
+    metrics = train(cfg, use_ray=False)
+    rows = metrics_rows(tmp_path / "ci")
+    assert len(rows) == 2 and np.isfinite(metrics["learner/loss"])
+    assert metrics["rollout/turns_per_episode"] > 1

@@ -190,3 +190,22 @@ def test_non_finite_rewards_and_logprobs_fail_their_episode(warm_model_dir):
     assert trajs[1].failure == "env.step returned a non-finite reward (nan)"
     assert trajs[1].reward == 0.0 and trajs[1].num_turns == 1
     assert trajs[2].failure is None and np.isfinite(trajs[2].sampler_logprobs).all()
+
+
+def test_every_turn_is_recorded_with_its_span_reward_and_state(warm_model_dir):
+    from actors.engines.hf import HFEngine
+    from arl.config import EnvConfig
+    from arl.episode import ChatRenderer, run_episodes
+    from arl.types import SamplingParams
+
+    engine = HFEngine(warm_model_dir, dtype="float32")
+    renderer = ChatRenderer(engine.get_tokenizer(), engine.get_tokenizer().eos_token)
+    cfg = EnvConfig(name="tictactoe", opponent="random", invalid_action="retry",
+                    reward_move_best=0.1)
+    starts = [(make_env(cfg), 7, 0), (make_env(cfg), 8, 1)]
+    for traj in run_episodes(engine, renderer, starts, SamplingParams(1.0, 1.0, 24, 3), 5):
+        assert len(traj.turns) == traj.num_turns >= 1
+        assert sum(t.reward for t in traj.turns) == pytest.approx(traj.reward)
+        sampled = [i for t in traj.turns for i in range(t.start, t.end)]
+        assert sampled == np.flatnonzero(traj.loss_mask).tolist()  # spans = the mask tokens
+        assert all(t.state is not None and t.state.endswith(("/X", "/O")) for t in traj.turns)

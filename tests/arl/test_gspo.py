@@ -331,3 +331,20 @@ def test_entropy_bonus_by_hand_and_split_invariant():
     assert entropy.grad[2].tolist() == [0.0] * 4
     parts = sum(entropy_bonus(entropy[i:i + 1].detach(), mask[i:i + 1], 4) for i in range(3))
     assert parts.item() == pytest.approx(bonus.item())
+
+
+def test_gspo_token_with_per_token_advantages():
+    logprobs, old, adv, mask = _random_batch(b=4, t=10, seed=3)
+    n = 4
+    flat = gspo_token_loss(logprobs, old, adv, mask, *CLIPS, num_sequences=n)
+    per_token = gspo_token_loss(logprobs, old, adv[:, None].expand(-1, 10).clone(), mask, *CLIPS,
+                                num_sequences=n)
+    torch.testing.assert_close(flat.loss, per_token.loss)  # the same advantage everywhere
+    assert torch.equal(flat.clipped_low, per_token.clipped_low)
+    # Per token: L = -(1/N) sum_i (1/|y_i|) sum_t s_i A_i,t when nothing is clipped (ratio 1).
+    token_adv = torch.randn(4, 10, generator=torch.Generator().manual_seed(9))
+    out = gspo_token_loss(old.clone(), old, token_adv, mask, *CLIPS, num_sequences=n)
+    expected = -((token_adv * mask).sum(-1) / mask.sum(-1)).sum() / n
+    torch.testing.assert_close(out.loss, expected.to(out.loss.dtype))
+    with pytest.raises(ValueError, match="per-token"):
+        gspo_loss(logprobs, old, token_adv, mask, *CLIPS, num_sequences=n)

@@ -171,3 +171,27 @@ def test_policy_opponent_falls_back_on_illegal_moves():
 def test_policy_opponent_is_required_for_opponent_policy():
     with pytest.raises(ValueError, match="policy"):
         make_env(EnvConfig(name="tictactoe", opponent="policy"))
+
+
+def test_per_move_rewards_and_turn_states():
+    cfg = EnvConfig(name="tictactoe", opponent="policy", reward_move_best=0.25,
+                    reward_move_blunder=-0.5, board_format="grid")
+    env = make_env(cfg, _lowest_square_opponent())
+    seed = _seed_for("X", cfg, _lowest_square_opponent())
+    env.reset(seed)
+    first = env.step(_call(5))  # the centre keeps the draw: a best move
+    assert first.reward == 0.25 and first.turn_state == "........./X"
+    for opening in range(1, 10):  # find a position where X can blunder
+        env.reset(seed)
+        env.step(_call(opening))
+        board = env.board
+        best = rules.best_moves(board, "X")
+        blunders = [m for m in rules.legal_moves(board) if m not in best]
+        if blunders:
+            break
+    second = env.step(_call(blunders[0]))
+    assert second.turn_state == "".join(board) + "/X"
+    assert second.reward == pytest.approx(-0.5 + (cfg.reward_loss if second.terminated else 0))
+    plain = make_env(EnvConfig(name="tictactoe", opponent="policy"), _lowest_square_opponent())
+    plain.reset(0)
+    assert plain.step(_call(5)).reward == 0.0  # off by default: only the end is rewarded

@@ -95,3 +95,20 @@ def test_bad_inputs_are_refused(trajectories):
     batch = collate(trajectories, np.zeros(3), pad_id=PAD)
     with pytest.raises(ValueError, match="shape"):
         batch.with_old_logprobs(torch.zeros(3, 4))
+
+
+def test_turn_advantages_become_per_token_advantages():
+    from arl.types import Trajectory, Turn
+
+    ids = np.arange(10, 20, dtype=np.int32)
+    mask = np.array([0, 0, 1, 1, 0, 0, 1, 1, 1, 0], dtype=np.int8)
+    traj = Trajectory(ids, mask, np.where(mask == 1, -1.0, 0.0).astype(np.float32), 1.0, 0, 0,
+                      2, 2, 0, turns=(Turn(2, 4, 0.0, "a"), Turn(6, 9, 1.0, "b")))
+    per_turn = np.empty(1, dtype=object)
+    per_turn[0] = np.array([-0.5, 2.0], dtype=np.float32)
+    batch = collate([traj], per_turn, pad_id=0)
+    assert batch.advantages.tolist() == [[0, 0, -0.5, -0.5, 0, 0, 2.0, 2.0, 2.0, 0]]
+    assert batch.select([0]).advantages.shape == (1, 10)
+    per_turn[0] = np.array([1.0], dtype=np.float32)
+    with pytest.raises(ValueError, match="1 turn advantages for 2 turns"):
+        collate([traj], per_turn, pad_id=0)

@@ -1,0 +1,50 @@
+"""Turn-level credit assignment (arl/credit.py) on hand-made episodes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from arl.credit import returns_to_go, turn_advantages
+
+
+def test_returns_to_go_by_hand():
+    assert returns_to_go([0.0, 0.0, 1.0], 1.0).tolist() == [1.0, 1.0, 1.0]
+    assert returns_to_go([0.5, 0.0, 1.0], 0.5).tolist() == [0.75, 0.5, 1.0]
+    assert returns_to_go([], 1.0).tolist() == []
+
+
+def test_turns_in_the_same_state_share_a_baseline():
+    # One group of 3 games. All open in state "a"; games 0 and 1 reach state "b" on turn 2,
+    # where game 0 then blunders (-1) and game 1 plays on to a win (+1).
+    rewards = [(0.0, -1.0), (0.0, 1.0), (0.5,)]
+    states = [("a", "b"), ("a", "b"), ("a",)]
+    adv = turn_advantages(rewards, states, group_size=3, step_weight=1.0, eps=0.0)
+    episode = np.array([-1.0, 1.0, 0.5])
+    e = (episode - episode.mean()) / episode.std()  # the usual group advantage
+    # state a: returns -1, 1, 0.5 (the same as the episodes'); state b: -1 and 1.
+    a = e
+    b = np.array([-1.0, 1.0])
+    assert adv[0] == pytest.approx([e[0] + a[0], e[0] + b[0]])
+    assert adv[1] == pytest.approx([e[1] + a[1], e[1] + b[1]])
+    assert adv[2] == pytest.approx([e[2] + a[2]])
+    half = turn_advantages(rewards, states, 3, step_weight=0.5, eps=0.0)
+    assert half[0][1] == pytest.approx(e[0] + 0.5 * b[0])
+
+
+def test_a_state_seen_once_or_with_equal_returns_adds_nothing():
+    rewards = [(0.0, 1.0), (1.0, 0.0)]
+    states = [("a", "x"), ("a", "y")]  # x and y are seen once each; a has equal returns 1, 1
+    adv = turn_advantages(rewards, states, 2, step_weight=1.0, eps=1e-6)
+    assert [a.tolist() for a in adv] == [[0.0, 0.0], [0.0, 0.0]]  # equal returns: no signal
+
+
+def test_unnamed_turns_get_the_episode_advantage_and_groups_stay_apart():
+    rewards = [(1.0,), (0.0,), (0.0, 0.0), (0.0, 1.0)]
+    states = [(None,), (None,), ("s", "t"), ("s", "t")]
+    adv = turn_advantages(rewards, states, 2, step_weight=1.0, eps=0.0)
+    assert adv[0].tolist() == [1.0] and adv[1].tolist() == [-1.0]
+    # second group: episode advantages -1, +1; state s returns 0 vs 1; state t 0 vs 1
+    assert adv[2].tolist() == [-2.0, -2.0] and adv[3].tolist() == [2.0, 2.0]
+    with pytest.raises(ValueError):
+        turn_advantages(rewards[:3], states[:3], 2, 1.0, 0.0)
