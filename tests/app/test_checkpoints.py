@@ -39,6 +39,7 @@ def _learner_checkpoint(model_dir_: str, path, lora: int = 0):
 def run_dir(tmp_path_factory, warm_model_dir):
     root = tmp_path_factory.mktemp("run") / "myrun"
     _learner_checkpoint(warm_model_dir, root / "checkpoints" / "step_000001")
+    (root / "config.json").write_text('{"run_name": "myrun"}')  # as every run writes
     return root
 
 

@@ -32,7 +32,7 @@ def _play(env, squares):
 
 @pytest.mark.parametrize("agent, squares", [("X", [5, 9, 3, 7]), ("O", [5, 3, 7])])
 def test_win_as_either_mark(agent, squares):
-    cfg = EnvConfig(name="tictactoe", opponent="policy")
+    cfg = EnvConfig(name="tictactoe", opponent="policy", board_format="grid")
     env = make_env(cfg, _lowest_square_opponent())
     reset = env.reset(_seed_for(agent, cfg, _lowest_square_opponent()))
     if agent == "O":  # the opponent opened, and the prompt says where
@@ -45,7 +45,7 @@ def test_win_as_either_mark(agent, squares):
 
 
 def test_loss():
-    cfg = EnvConfig(name="tictactoe", opponent="policy")
+    cfg = EnvConfig(name="tictactoe", opponent="policy", board_format="grid")
     env = make_env(cfg, _lowest_square_opponent())
     env.reset(_seed_for("X", cfg, _lowest_square_opponent()))
     last = _play(env, [5, 6, 9])  # O takes 1, 2, 3
@@ -56,7 +56,7 @@ def test_loss():
 
 
 def test_perfect_play_against_minimax_draws():
-    cfg = EnvConfig(name="tictactoe", opponent="minimax")
+    cfg = EnvConfig(name="tictactoe", opponent="minimax", board_format="grid")
     env = make_env(cfg)
     for seed in range(6):
         env.reset(seed)
@@ -91,7 +91,7 @@ def test_an_exchange_reads_well():
     (reply,) = step.messages
     assert reply.role == "tool" and step.reward == 0.0 and not step.terminated
     assert reply.content.startswith("You played square 5. Opponent played square ")
-    assert reply.content.endswith(f"\n{rules.render(env.board)}\nYour move.")
+    assert reply.content.endswith(f"\n{rules.render(env.board, 'grid')}\nYour move.")
 
 
 @pytest.mark.parametrize("turn", [

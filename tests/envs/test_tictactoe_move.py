@@ -39,7 +39,7 @@ def _not_best(board, agent):
 
 
 def test_reset_prompt_text_and_tool():
-    env = make_env(EnvConfig(name="tictactoe_move"))
+    env = make_env(EnvConfig(name="tictactoe_move", board_format="grid"))
     reset = env.reset(1)
     assert [m.role for m in reset.messages] == ["system", "user"]
     assert reset.messages[0].content == (
@@ -48,6 +48,8 @@ def test_reset_prompt_text_and_tool():
     assert reset.messages[1].content == "X|X|3\n4|5|O\n7|8|9\nYou are O. Your move."
     assert [t.name for t in reset.tools] == ["choose_square"]
     assert env.reset(1) == reset
+    lists = make_env(EnvConfig(name="tictactoe_move")).reset(1)  # the default format
+    assert lists.messages[1].content == "X: 1 2\nO: 6\nfree: 3 4 5 7 8 9\nYou are O. Your move."
 
 
 def test_boards_are_live_with_the_agent_to_move_and_both_marks_occur():

@@ -3,6 +3,8 @@
 import functools
 import random
 
+import pytest
+
 from envs import tictactoe_rules as rules
 from envs.opponents import MinimaxOpponent
 from envs.tictactoe_rules import EMPTY_BOARD, best_moves, is_terminal, legal_moves, other, play
@@ -67,6 +69,10 @@ def test_play_rejects_taken_squares():
 
 def test_render_shows_numbers_on_empty_squares():
     assert rules.render(_board("X.O.X...O")) == "X|2|O\n4|X|6\n7|8|O"
+    assert rules.render(_board("X.O.X...O"), "lists") == "X: 1 5\nO: 3 9\nfree: 2 4 6 7 8"
+    assert rules.render(_board("........."), "lists") == "X: -\nO: -\nfree: 1 2 3 4 5 6 7 8 9"
+    with pytest.raises(ValueError):
+        rules.render(_board("........."), "ascii")
 
 
 def test_minimax_never_loses_from_the_empty_board_as_either_mark():

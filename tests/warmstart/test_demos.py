@@ -10,14 +10,15 @@ from arl.tools import format_tool_call, parse_tool_call
 from arl.types import ToolCall, ToolCallError
 from envs import tictactoe_rules as rules
 from envs.tictactoe_move import move_outcome, outcome_reward
+from tests.builders import read_board
 from warmstart.demos import corpus_texts, game_examples, warmstart_examples
 
 
 def _board_of(demo) -> rules.Board:
     """Read the board back from the prompt, as the model has to."""
-    lines = demo.reset.messages[1].content.splitlines()[:3]
-    cells = "".join(lines).replace("|", "")
-    return tuple(c if c in "XO" else rules.EMPTY for c in cells)
+    board = read_board(demo.reset.messages[1].content)
+    assert len(board) == 9
+    return board
 
 
 def _square_of(text: str) -> int | None:
@@ -92,17 +93,17 @@ def test_corpus_covers_all_three_envs():
     texts = corpus_texts(episodes=10, seed=0)
     assert texts == corpus_texts(episodes=10, seed=0)
     joined = "\n".join(texts)
-    for needle in ("choose_square", "drop_piece", '"parameters"', "1 2 3 4 5 6 7", "X|2|",
+    for needle in ("choose_square", "drop_piece", '"parameters"', "1 2 3 4 5 6 7", "free: ",
                    "You win.", "Game over.", "Try again", "Invalid tool call"):
         assert needle in joined, needle
     assert all(isinstance(t, str) and t for t in texts)
 
 
 def _last_board(demo) -> rules.Board:
-    """The board in the prompt's last message: three `a|b|c` lines."""
-    lines = [ln for ln in demo.reset.messages[-1].content.splitlines() if ln.count("|") == 2]
-    cells = "".join(lines[-3:]).replace("|", "")
-    return tuple(c if c in "XO" else rules.EMPTY for c in cells)
+    """The board in the prompt's last message."""
+    board = read_board(demo.reset.messages[-1].content)
+    assert len(board) == 9
+    return board
 
 
 def test_game_examples_continue_real_games():
