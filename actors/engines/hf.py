@@ -140,14 +140,22 @@ def _decode(engine: HFEngine, prompts: list[list[int]], params: SamplingParams,
             generator: torch.Generator) -> list[Generation]:
     """Prefill the left-padded batch once, then decode one token per step with the cache.
 
-    Rows that hit a stop id leave the batch (their cache rows are dropped), so late steps
-    only pay for the rows still running.
+    Identical prompts (the G samples of a group open alike) are prefilled once: the cache
+    rows and last logits of each distinct prompt are copied to every row that has it. Rows
+    that hit a stop id leave the batch (their cache rows are dropped), so late steps only
+    pay for the rows still running.
     """
     batch_size, max_new = len(prompts), params.max_new_tokens
-    input_ids, attention_mask = _left_pad(prompts, engine.pad_token_id)
+    distinct: dict[tuple[int, ...], int] = {}
+    rows_of = torch.tensor([distinct.setdefault(tuple(p), len(distinct)) for p in prompts])
+    input_ids, attention_mask = _left_pad([list(p) for p in distinct], engine.pad_token_id)
     positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache(config=engine.model.config)
     logits = _forward(engine, input_ids, attention_mask, positions, cache)
+    if len(distinct) < batch_size:  # one prefill per distinct prompt, copied to its rows
+        cache.reorder_cache(rows_of)
+        logits, attention_mask, positions = (logits[rows_of], attention_mask[rows_of],
+                                             positions[rows_of])
     tokens = torch.zeros(batch_size, max_new, dtype=torch.long)
     logprobs = torch.zeros(batch_size, max_new, dtype=torch.float32)
     lengths = torch.full((batch_size,), max_new, dtype=torch.long)
