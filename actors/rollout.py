@@ -26,6 +26,17 @@ from envs.registry import game_spec, make_env
 from learner.model import set_torch_threads
 
 
+def opponent_schedule(env: EnvConfig, step: int) -> EnvConfig:
+    """`env` with the eps_minimax curriculum applied at `step` (the version being played):
+    epsilon falls linearly from `epsilon_start` to `opponent_epsilon` over
+    `epsilon_decay_steps`, then stays."""
+    if env.epsilon_start < 0:
+        return env
+    done = min(1.0, step / env.epsilon_decay_steps) if env.epsilon_decay_steps else 1.0
+    eps = env.epsilon_start + (env.opponent_epsilon - env.epsilon_start) * done
+    return dataclasses.replace(env, opponent_epsilon=eps)
+
+
 class RolloutWorker:
     """Collects trajectory groups for given start states with the weights it holds.
 
@@ -53,7 +64,9 @@ class RolloutWorker:
         self.renderer = ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
         # Self-play: a frozen snapshot of the policy plays the opponent (actors/snapshot_policy).
         self.snapshot: SnapshotPolicy | None = None
-        if env.opponent == "policy" and env.name != "tictactoe_move":
+        plays_policy = env.opponent == "policy" or (env.opponent == "pool"
+                                                    and "policy" in env.opponent_pool)
+        if plays_policy and env.name != "tictactoe_move":
             self.snapshot = SnapshotPolicy(model.path, game_spec(env.name), env,
                                            rollout.temperature)
         self.sync: SyncGroup | None = None  # this worker's end of a collective weight sync
@@ -66,10 +79,11 @@ class RolloutWorker:
         `transcripts` groups carries its decoded conversation in `summary.transcript`."""
         if self.cfg.fault_delay_s > 0:  # a slow worker, on purpose (seeded: reproducible)
             time.sleep(random.Random(seed).uniform(0.0, self.cfg.fault_delay_s))
+        env_cfg = opponent_schedule(self.env_cfg, self.engine.version)
         starts = [
-            (make_env(self.env_cfg, self._opponent()), int(env_seed), int(group_id))
+            (make_env(env_cfg, self._opponent(), variant=i), int(env_seed), int(group_id))
             for env_seed, group_id in zip(env_seeds, group_ids, strict=True)
-            for _ in range(self.cfg.group_size)
+            for i in range(self.cfg.group_size)
         ]
         params = SamplingParams(
             temperature=self.cfg.temperature,

@@ -169,6 +169,12 @@ def _check_rollout(cfg: Config) -> None:
         raise ConfigError("rollout.groups_per_step", "in async mode it must be a multiple of "
                           f"rollout.num_workers ({r.num_workers}): a batch is one "
                           "equal share from each")
+    for i, spec in enumerate(cfg.env.opponent_pool):
+        if spec not in ("random", "minimax", "policy") and not _is_eps(spec):
+            raise ConfigError(f"env.opponent_pool.{i}", f"{spec!r}: must be random, minimax, "
+                              "policy or eps:<p> with 0 <= p <= 1")
+    if cfg.env.epsilon_start > 1:
+        raise ConfigError("env.epsilon_start", "must be in [0, 1] (or < 0: off)")
     if cfg.env.opponent == "policy" and cfg.env.name == "tictactoe_move":
         raise ConfigError("env.opponent", "tictactoe_move has no opponent; opponent=policy "
                           "(self-play) is for the full games, tictactoe and connect_four")
@@ -198,6 +204,13 @@ def _check_rollout(cfg: Config) -> None:
                                                     and r.gpus_per_worker > 0):
         raise ConfigError("weight_sync.transport", "nccl moves weights between GPUs: it needs "
                           "learner.gpus > 0 and rollout.gpus_per_worker > 0 (gloo for CPUs)")
+
+
+def _is_eps(spec: str) -> bool:
+    try:
+        return spec.startswith("eps:") and 0.0 <= float(spec[4:]) <= 1.0
+    except ValueError:
+        return False
 
 
 def _check_learner(cfg: Config) -> None:

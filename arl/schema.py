@@ -65,8 +65,17 @@ class EnvConfig:
                                   "game's minimax value (tictactoe)")
     reward_move_blunder: float = opt(0.0, "full games: added to each turn whose move gives "
                                      "some of the game's minimax value up (tictactoe)")
-    opponent: str = opt("eps_minimax", "who the full games are played against",
-                        choices=("random", "minimax", "eps_minimax", "policy"))
+    opponent: str = opt("eps_minimax", "who the full games are played against; policy: a "
+                        "frozen snapshot of the policy (self-play); pool: one of "
+                        "opponent_pool per game",
+                        choices=("random", "minimax", "eps_minimax", "policy", "pool"))
+    opponent_pool: list[str] = opt(["random", "eps:0.3", "minimax"], "opponent=pool: the "
+                                   "opponents a game may meet: random | minimax | policy | "
+                                   "eps:<p>")
+    epsilon_start: float = opt(-1.0, "eps_minimax curriculum: the opponent's epsilon at step "
+                               "0, falling linearly to opponent_epsilon over "
+                               "epsilon_decay_steps; < 0: off")
+    epsilon_decay_steps: int = opt(0, "steps of the epsilon curriculum", check="non_negative")
     opponent_epsilon: float = opt(0.3, "eps_minimax: the chance of a random move",
                                   check="fraction")
     opponent_refresh_every: int = opt(10, "opponent=policy: steps between refreshes of the "
@@ -80,6 +89,10 @@ class EnvConfig:
                             check="positive")
     seat: str = opt("random", "full games: the agent's mark (X moves first); random: drawn "
                     "from the episode seed", choices=("random", "X", "O"))
+    group_symmetries: bool = opt(False, "tictactoe_move: the G episodes of a group play its "
+                                 "board in turn in each of the 8 symmetries: a policy that "
+                                 "plays one square whatever the board shows gets different "
+                                 "rewards within the group, so it still learns")
     board_format: str = opt("lists", "tic-tac-toe boards as text: lists (X: 1 5 / O: 3 / free: "
                             "...) or grid (X|2|O rows)", choices=("lists", "grid"))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from arl.config import EnvConfig
 from envs import connect_four_rules as rules
 from envs.game_env import GameEnv, GameSpec, move_tool
-from envs.opponents import Opponent, make_opponent
+from envs.opponents import Opponent, opponent_for
 
 DROP_PIECE = move_tool(
     name="drop_piece",
@@ -37,4 +37,4 @@ SPEC = GameSpec(
 
 def make_connect_four(cfg: EnvConfig, opponent: Opponent | None = None) -> GameEnv:
     """A connect-four env; `opponent` overrides the one `cfg.opponent` names."""
-    return GameEnv(SPEC, opponent or make_opponent(cfg, "connect_four"), cfg)
+    return GameEnv(SPEC, opponent_for(cfg, "connect_four", opponent), cfg)

@@ -123,6 +123,9 @@ class GameEnv:
         self._rng = random.Random(seed)
         drawn = self._rng.choice(("X", "O"))  # drawn even for a fixed seat: the same stream
         self.agent = drawn if self._cfg.seat == "random" else self._cfg.seat
+        start = getattr(self._opponent, "reset", None)  # a pool draws this game's opponent
+        if start is not None:
+            start(self._rng)
         self.board = self.spec.initial
         self._moves: list[int] = []
         self._invalid_calls = 0

@@ -8,6 +8,7 @@ env seeds from the episode seed: same seed and same agent moves give the same ga
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 from collections.abc import Callable
@@ -99,11 +100,61 @@ def _c4_wins(board: Board, player: str) -> tuple[int, ...]:
                  if rules.winner(rules.play(board, c, player)) == player)
 
 
-def make_opponent(cfg: EnvConfig, game: str) -> Opponent:
+class PoolOpponent:
+    """One opponent of a pool per game: drawn when the game starts (`reset`, from the env's
+    episode-seeded generator), so the G games of a group meet the same one."""
+
+    def __init__(self, members: list[Opponent]):
+        if not members:
+            raise ValueError("an opponent pool needs at least one member")
+        self.members = members
+        self.current = members[0]
+
+    def reset(self, rng: random.Random) -> None:
+        self.current = rng.choice(self.members)
+
+    def choose(self, board: Board, player: str, rng: random.Random) -> int:
+        return self.current.choose(board, player, rng)
+
+
+def make_opponent(cfg: EnvConfig, game: str, policy: Opponent | None = None) -> Opponent:
     """The opponent `cfg.opponent` names for `game` ("tictactoe" or "connect_four").
 
-    "policy" cannot be built from config: pass a PolicyOpponent (or any Opponent) to make_env.
+    "policy" (self-play) is the `policy` opponent the caller passes (a PolicyOpponent over a
+    snapshot of the model); "pool" draws one of `cfg.opponent_pool` per game (its "policy"
+    member is `policy` too).
     """
+    if cfg.opponent == "pool":
+        return PoolOpponent([_pool_member(cfg, game, spec, policy)
+                             for spec in cfg.opponent_pool])
+    if cfg.opponent == "policy":
+        if policy is None:
+            raise ValueError("opponent 'policy' needs an Opponent passed to make_env(cfg, "
+                             "opponent=)")
+        return policy
+    return _rule_opponent(cfg, game)
+
+
+def opponent_for(cfg: EnvConfig, game: str, given: Opponent | None) -> Opponent:
+    """The opponent a full-game env plays: `given` (a person, a policy snapshot) replaces
+    the configured one, except in a pool, where it is the pool's "policy" member."""
+    if given is not None and cfg.opponent != "pool":
+        return given
+    return make_opponent(cfg, game, given)
+
+
+def _pool_member(cfg: EnvConfig, game: str, spec: str, policy: Opponent | None) -> Opponent:
+    """A pool entry: random | minimax | policy | eps:<p>."""
+    if spec == "policy":
+        return make_opponent(dataclasses.replace(cfg, opponent="policy"), game, policy)
+    if spec.startswith("eps:"):
+        eps = dataclasses.replace(cfg, opponent="eps_minimax", opponent_epsilon=float(spec[4:]))
+        return _rule_opponent(eps, game)
+    return _rule_opponent(dataclasses.replace(cfg, opponent=spec), game)
+
+
+def _rule_opponent(cfg: EnvConfig, game: str) -> Opponent:
+    """random, minimax or eps_minimax for `game`."""
     if game == "tictactoe":
         rules = tictactoe_rules
         legal: MovesFn = rules.legal_moves
@@ -121,6 +172,4 @@ def make_opponent(cfg: EnvConfig, game: str) -> Opponent:
         return MinimaxOpponent(best, wins)
     if cfg.opponent == "eps_minimax":
         return EpsMinimaxOpponent(cfg.opponent_epsilon, legal, best, wins)
-    if cfg.opponent == "policy":
-        raise ValueError("opponent 'policy' needs an Opponent passed to make_env(cfg, opponent=)")
     raise ValueError(f"unknown opponent {cfg.opponent!r}")

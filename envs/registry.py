@@ -29,15 +29,17 @@ def game_spec(name: str) -> GameSpec:
     return specs[name]
 
 
-def make_env(cfg: EnvConfig, opponent: Opponent | None = None) -> Env:
+def make_env(cfg: EnvConfig, opponent: Opponent | None = None, variant: int = 0) -> Env:
     """The env `cfg.name` names, built from its config.
 
     `opponent` replaces the configured opponent of the full games (it is required when
     cfg.opponent == "policy", e.g. an `envs.opponents.PolicyOpponent` for self-play) and is
-    ignored by tictactoe_move, which has no opponent.
+    ignored by tictactoe_move, which has no opponent. `variant` is the episode's index in
+    its group, for envs whose groups play equivalent variants of one start state
+    (tictactoe_move with `group_symmetries`); others ignore it.
     """
     if cfg.name == "tictactoe_move":
-        return TicTacToeMoveEnv(cfg)
+        return TicTacToeMoveEnv(cfg, variant)
     if cfg.name == "tictactoe":
         return make_tictactoe(cfg, opponent)
     if cfg.name == "connect_four":

@@ -9,7 +9,7 @@ from __future__ import annotations
 from arl.config import EnvConfig
 from envs import tictactoe_rules as rules
 from envs.game_env import GameEnv, GameSpec, move_tool
-from envs.opponents import Opponent, make_opponent
+from envs.opponents import Opponent, opponent_for
 
 CHOOSE_SQUARE = move_tool(
     name="choose_square",
@@ -36,4 +36,4 @@ SPEC = GameSpec(
 
 def make_tictactoe(cfg: EnvConfig, opponent: Opponent | None = None) -> GameEnv:
     """A tic-tac-toe env; `opponent` overrides the one `cfg.opponent` names."""
-    return GameEnv(SPEC, opponent or make_opponent(cfg, "tictactoe"), cfg)
+    return GameEnv(SPEC, opponent_for(cfg, "tictactoe", opponent), cfg)

@@ -73,14 +73,20 @@ class TicTacToeMoveEnv:
     invalid call `error_kind` (a ToolCallErrorKind value).
     """
 
-    def __init__(self, cfg: EnvConfig):
+    def __init__(self, cfg: EnvConfig, variant: int = 0):
+        """`variant`: with `cfg.group_symmetries`, which of the board's 8 symmetries this
+        env shows (the episode's index in its group); ignored otherwise."""
         self._cfg = cfg
+        self._symmetry = rules.SYMMETRIES[variant % 8] if cfg.group_symmetries else None
         self._done: bool | None = None  # None: never reset
         self.board: rules.Board = rules.EMPTY_BOARD
         self.agent = "X"
 
     def reset(self, seed: int) -> EnvReset:
-        return self._start(opening_board(seed), None)
+        board = opening_board(seed)
+        if self._symmetry is not None:
+            board = tuple(board[i] for i in self._symmetry)
+        return self._start(board, None)
 
     def _start(self, board: rules.Board, agent: str | None) -> EnvReset:
         self.board = board

@@ -195,3 +195,28 @@ def test_per_move_rewards_and_turn_states():
     plain = make_env(EnvConfig(name="tictactoe", opponent="policy"), _lowest_square_opponent())
     plain.reset(0)
     assert plain.step(_call(5)).reward == 0.0  # off by default: only the end is rewarded
+
+
+def test_an_opponent_pool_draws_one_member_per_game():
+    cfg = EnvConfig(name="tictactoe", opponent="pool", opponent_pool=["random", "minimax",
+                                                                      "policy"])
+    policy = _lowest_square_opponent()
+    seen = set()
+    for seed in range(40):
+        env = make_env(cfg, policy)
+        env.reset(seed)
+        member = env._opponent.current
+        seen.add(type(member).__name__)
+        env.reset(seed)
+        assert type(env._opponent.current) is type(member)  # the seed decides
+    assert seen == {"RandomOpponent", "MinimaxOpponent", "PolicyOpponent"}
+
+
+def test_the_epsilon_curriculum_falls_to_its_end():
+    from actors.rollout import opponent_schedule
+
+    cfg = EnvConfig(name="tictactoe", opponent_epsilon=0.3, epsilon_start=1.0,
+                    epsilon_decay_steps=100)
+    assert [opponent_schedule(cfg, s).opponent_epsilon for s in (0, 50, 100, 400)] == \
+        pytest.approx([1.0, 0.65, 0.3, 0.3])
+    assert opponent_schedule(EnvConfig(), 10).opponent_epsilon == 0.3  # off by default
