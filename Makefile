@@ -15,25 +15,32 @@ PIP := $(VENV)/bin/python -m pip
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 DEMO_CONFIG ?= configs/tictactoe_move.yaml
 
-.PHONY: demo test test-slow test-vllm lint venv venv-vllm warmstart clean
+.PHONY: demo test test-slow test-vllm lint venv venv-base venv-vllm warmstart clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstall when the package metadata changes.
-$(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
+# Reinstall when the package metadata changes. The demo needs arl alone; the tests add the
+# dev tools and the deepspeed extra on top.
+$(VENV)/.installed-base: pyproject.toml | $(VENV)/bin/python
 	$(PIP) install -q --upgrade pip
 ifeq ($(HAS_GPU),1)
 	$(PIP) install -q torch
 else
 	$(PIP) install -q $(TORCH_SPEC) $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 endif
+	$(PIP) install -q -e .
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.installed-base
 	DS_BUILD_OPS=0 $(PIP) install -q -e '.[dev,deepspeed]'
 	touch $@
 
+venv-base: $(VENV)/.installed-base
+
 venv: $(VENV)/.installed
 
-warmstart: venv
+warmstart: venv-base
 	$(VENV)/bin/arl warmstart
 
 demo: warmstart
@@ -72,5 +79,6 @@ venv-vllm: $(VLLM_VENV)/.installed
 test-vllm: venv-vllm
 	$(VLLM_VENV)/bin/python -m pytest -q -m vllm
 
+# Models arl built live in $$ARL_HOME/models (default ~/.cache/arl); `make clean` leaves them.
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .cache runs
