@@ -20,3 +20,4 @@ _.generation_config
 pytestmark  # pytest's module marker
 one_thread  # a pytest fixture
 _one_thread_per_process  # an autouse fixture
+_local_ray  # an autouse fixture (tests/actors/test_model_files.py)

@@ -14,21 +14,21 @@ from actors.model_files import MARKER, local_model, ship
 from arl.config import ModelConfig
 
 
-@pytest.fixture
-def local_ray():
+@pytest.fixture(autouse=True)
+def _local_ray():
     ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
 
-def test_a_node_with_the_same_files_uses_them(local_ray, warm_model_dir):
+def test_a_node_with_the_same_files_uses_them(warm_model_dir):
     shipped = ship(warm_model_dir)
     model = ModelConfig(path=warm_model_dir)
     assert local_model(model, shipped) == model  # a shared filesystem: nothing is written
     assert local_model(model, None) == model  # one node: nothing is shipped
 
 
-def test_a_node_without_the_folder_gets_a_checked_copy(local_ray, warm_model_dir, tmp_path,
+def test_a_node_without_the_folder_gets_a_checked_copy(warm_model_dir, tmp_path,
                                                        monkeypatch):
     source = tmp_path / "driver" / "tiny"
     shutil.copytree(warm_model_dir, source)
@@ -47,7 +47,7 @@ def test_a_node_without_the_folder_gets_a_checked_copy(local_ray, warm_model_dir
     assert again.path == model.path  # the second worker of the node reuses it
 
 
-def test_shipped_bytes_that_do_not_match_are_refused(local_ray, warm_model_dir, tmp_path,
+def test_shipped_bytes_that_do_not_match_are_refused(warm_model_dir, tmp_path,
                                                      monkeypatch):
     shipped = ship(warm_model_dir)
     bad = dataclasses.replace(shipped, digests=tuple((rel, "0" * 64)
