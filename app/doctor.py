@@ -142,10 +142,12 @@ def model_check(cfg: Config) -> Check:
                 else "set model.path to a model directory, a GGUF file or pkg:<dist>/<file>")
         return Check("model", False, f"{path} does not exist ({err})", hint)
     try:
+        from arl.dtypes import resolve
         from learner.gguf import prepare_model
         from learner.model import load_model
 
-        model, tokenizer = load_model(prepare_model(path), cfg.model.dtype)
+        dtype = resolve(cfg.model.dtype)  # the doctor loads on the CPU
+        model, tokenizer = load_model(prepare_model(path), dtype)
     except Exception as err:  # noqa: BLE001 - any failure to load is the finding itself
         return Check("model", False, f"{path} does not load: {type(err).__name__}: {err}",
                      "check the directory holds config.json, weights and a tokenizer")
@@ -153,7 +155,7 @@ def model_check(cfg: Config) -> Check:
     if tokenizer.chat_template is None:
         return Check("model", False, f"{path}: the tokenizer has no chat template",
                      "arl renders prompts with the model's chat template")
-    return Check("model", True, f"{path}: {params / 1e6:.2f}M parameters, {cfg.model.dtype}")
+    return Check("model", True, f"{path}: {params / 1e6:.2f}M parameters, {dtype}")
 
 
 # What a config needs -> (the module that provides it, the install command).

@@ -66,6 +66,23 @@ def tiny_learner(model_dir: str, total_steps: int = 10, seed: int = 0, **overrid
     return GSPOLearner(model_dir, cfg, "float32", total_steps=total_steps, seed=seed)
 
 
+def learner_checkpoint(model_dir: str, path, lora: int = 0):
+    """A real learner's checkpoint at PATH after one update (its weights differ from the
+    model's), with the parts of a run's config that export and eval read."""
+    from actors.learner import LearnerWorker
+    from arl.config import LoraConfig, ModelConfig
+
+    cfg = LearnerConfig(mini_batches=1, micro_batch_size=8, lr=1e-4,
+                        lora=LoraConfig(rank=lora, alpha=8.0))
+    worker = LearnerWorker(ModelConfig(path=model_dir, dtype="float32"), cfg, 2, 0, 1.0, 1)
+    worker.step(random_advantages(8, seed=1), np.ones(8, dtype=bool),
+                random_trajectories(8, seed=1))
+    lora_cfg = {"rank": lora, "alpha": 8.0, "target_modules": list(cfg.lora.target_modules)}
+    worker.save_checkpoint(str(path), 1, {"config": {"model": {"path": model_dir},
+                                                     "learner": {"lora": lora_cfg}}})
+    return path
+
+
 ROW = re.compile(r"^([1-9XO])\|([1-9XO])\|([1-9XO])$", re.M)
 LISTS = re.compile(r"^X: ([-\d ]+)\nO: ([-\d ]+)\nfree:", re.M)
 

@@ -104,6 +104,36 @@ def test_sampled_logprobs_match_the_learner(vllm_engine, tiny_model_dir, warm_mo
     assert max(gaps) < LOGPROB_ATOL, gaps
 
 
+def test_vllm_loads_an_exported_checkpoint(tmp_path, warm_model_dir):
+    """`arl export` writes a folder vLLM loads unchanged (in a process of its own, as a user
+    would serve it) and that says what the checkpoint's own weights say."""
+    import json
+    import subprocess
+    import sys
+
+    from app.cli import main
+    from tests.builders import learner_checkpoint
+
+    learner_checkpoint(warm_model_dir, tmp_path / "run" / "checkpoints" / "step_000001")
+    out = tmp_path / "exported"
+    assert main(["export", str(tmp_path / "run"), str(out)]) == 0
+    prompts = _prompts(warm_model_dir, 8)
+    script = (
+        "import json, sys\n"
+        "from actors.engines.vllm import VLLMEngine\n"
+        "from arl.types import SamplingParams\n"
+        "engine = VLLMEngine(sys.argv[1], dtype='float32', max_num_seqs=8, max_model_len=512)\n"
+        "got = engine.generate(json.loads(sys.argv[2]), SamplingParams(0.0, 1.0, 24, 0))\n"
+        "print('IDS ' + json.dumps([g.token_ids.tolist() for g in got]))\n"
+        "engine.close()\n")
+    run = subprocess.run([sys.executable, "-c", script, str(out), json.dumps(prompts)],
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    line = next(x for x in run.stdout.splitlines() if x.startswith("IDS "))
+    expected = HFEngine(str(out), dtype="float32").generate(prompts, _greedy(24))
+    assert json.loads(line[4:]) == _ids(expected)
+
+
 def test_bad_weights_and_params_are_refused(vllm_engine, tiny_model_dir):
     prompts = _prompts(tiny_model_dir, 4)
     before = _ids(vllm_engine.generate(prompts, _greedy(8)))

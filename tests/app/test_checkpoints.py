@@ -7,38 +7,18 @@ from __future__ import annotations
 import json
 import os
 
-import numpy as np
 import pytest
 
 from app.cli import main
 from app.run import resolve_checkpoint
-from arl.config import LearnerConfig, LoraConfig
 from learner.checkpoint import MANIFEST_FILE, load_checkpoint, model_dir
-
-
-def _learner_checkpoint(model_dir_: str, path, lora: int = 0):
-    """A real learner's checkpoint after one update (weights differ from the model's)."""
-    from actors.learner import LearnerWorker
-    from arl.config import ModelConfig
-    from tests.builders import random_trajectories
-
-    cfg = LearnerConfig(mini_batches=1, micro_batch_size=8, lr=1e-4,
-                        lora=LoraConfig(rank=lora, alpha=8.0))
-    worker = LearnerWorker(ModelConfig(path=model_dir_, dtype="float32"), cfg, 2, 0, 1.0, 1)
-    trajectories, advantages = random_trajectories(worker.learner.pad_id, 8, seed=1)
-    worker.step(advantages, np.ones(8, dtype=bool), trajectories)
-    worker.save_checkpoint(str(path), 1, {"config": {"model": {"path": model_dir_},
-                                                     "learner": {"lora": {
-                                                         "rank": lora, "alpha": 8.0,
-                                                         "target_modules": list(
-                                                             cfg.lora.target_modules)}}}})
-    return path
+from tests.builders import learner_checkpoint
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, warm_model_dir):
     root = tmp_path_factory.mktemp("run") / "myrun"
-    _learner_checkpoint(warm_model_dir, root / "checkpoints" / "step_000001")
+    learner_checkpoint(warm_model_dir, root / "checkpoints" / "step_000001")
     (root / "config.json").write_text('{"run_name": "myrun"}')  # as every run writes
     return root
 
@@ -95,7 +75,7 @@ def test_export_loads_with_transformers_and_plays_like_eval(lora, warm_model_dir
     from actors.engines.hf import HFEngine
     from actors.evaluate import load_policy
 
-    ckpt = _learner_checkpoint(warm_model_dir, tmp_path / "run" / "checkpoints" / "step_000001",
+    ckpt = learner_checkpoint(warm_model_dir, tmp_path / "run" / "checkpoints" / "step_000001",
                                lora=lora)
     out = tmp_path / "exported"
     assert main(["export", str(tmp_path / "run"), str(out)]) == 0
@@ -127,7 +107,7 @@ def test_keep_checkpoints_prunes_all_but_the_newest(tmp_path, warm_model_dir):
                                             f"output_dir={tmp_path}"])
     with Run(cfg, progress=False) as run:
         for step in (1, 2, 3, 4):
-            _learner_checkpoint(warm_model_dir, run.checkpoint_dir(step))
+            learner_checkpoint(warm_model_dir, run.checkpoint_dir(step))
         removed = run.prune_checkpoints(2)
         left = sorted(os.listdir(os.path.join(run.dir, "checkpoints")))
     assert [os.path.basename(r) for r in removed] == ["step_000001", "step_000002"]

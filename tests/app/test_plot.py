@@ -16,7 +16,8 @@ def test_trailing_mean_averages_up_to_window_values():
 def test_plot_run_writes_a_png_with_every_panel_drawn(tmp_path):
     from matplotlib import image
 
-    keys = [key for _, panel in PANELS for key in panel]
+    # A prefix key ("rollout/outcome_*") is drawn from any metric under it: name one.
+    keys = [key.replace("*", "x") for panel in PANELS for key in panel.keys + panel.right]
     rows = [{"step": i, **{k: (i % 5) / 10 + j / 100 for j, k in enumerate(keys)},
              "gspo/ratio_hist": {"edges": [0.9, 1.1], "counts": [3]}} for i in range(12)]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -25,11 +26,12 @@ def test_plot_run_writes_a_png_with_every_panel_drawn(tmp_path):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     pixels = image.imread(path)[..., :3]  # [H, W, 3] floats in 0..1
     assert pixels.std() > 0.05, "a blank image"
-    # Every panel has a curve: each of the 2 x 4 cells holds coloured (non-grey) pixels.
+    # Every panel has a curve: each of the 2 x 5 cells holds coloured (non-grey) pixels.
     height, width = pixels.shape[:2]
+    assert len(PANELS) == 10
     for row in range(2):
-        for col in range(4):
+        for col in range(5):
             cell = pixels[row * height // 2:(row + 1) * height // 2,
-                          col * width // 4:(col + 1) * width // 4]
+                          col * width // 5:(col + 1) * width // 5]
             colour = cell.max(axis=-1) - cell.min(axis=-1)
             assert (colour > 0.3).mean() > 0.001, f"panel {row},{col} has no curve"

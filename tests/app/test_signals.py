@@ -13,10 +13,10 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _start(tmp_path, model_dir):
+def _start(tmp_path, model_dir, *overrides: str):
     return subprocess.Popen(
         [sys.executable, "-m", "app.cli", "train", "configs/ci.yaml", "steps=200",
-         f"output_dir={tmp_path}", f"model.path={model_dir}"],
+         f"output_dir={tmp_path}", f"model.path={model_dir}", *overrides],
         cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True)
 
@@ -43,11 +43,19 @@ def test_ctrl_c_finishes_the_step_checkpoints_and_exits_130(tmp_path, warm_model
 
 
 def test_a_second_ctrl_c_stops_at_once(tmp_path, warm_model_dir):
-    proc = _start(tmp_path, warm_model_dir)
+    # Steps long enough (64 episodes of up to 256 tokens) that the second Ctrl-C lands inside
+    # the step the first one lets finish.
+    proc = _start(tmp_path, warm_model_dir, "rollout.groups_per_step=16",
+                  "rollout.max_new_tokens=256", "rollout.temperature=3.0")
     _wait_for_rows(tmp_path / "ci" / "metrics.jsonl", 1, proc)
     os.killpg(proc.pid, signal.SIGINT)
-    time.sleep(0.05)
+    seen = []  # two signals sent before Python ran its handler would count once: wait for it
+    for line in proc.stdout:
+        seen.append(line)
+        if "Ctrl-C again" in line:
+            break
     os.killpg(proc.pid, signal.SIGINT)
-    out, _ = proc.communicate(timeout=300)
+    out = "".join(seen) + proc.communicate(timeout=300)[0]
     assert proc.returncode == 130, out[-3000:]
     assert "interrupted" in out and "Traceback" not in out
+    assert "stopped by SIGINT" not in out  # no checkpoint: it did not wait for the step

@@ -79,19 +79,24 @@ def test_minimax_punishes_blunders():
         assert step.reward == -1.0 and step.info["outcome"] == "loss"
 
 
-def test_an_exchange_reads_well():
-    env = make_env(EnvConfig(name="tictactoe", opponent="random"))
-    reset = env.reset(_seed_for("X", EnvConfig(name="tictactoe", opponent="random")))
+@pytest.mark.parametrize("board_format,empty", [
+    ("lists", "X: -\nO: -\nfree: 1 2 3 4 5 6 7 8 9"),
+    ("grid", "1|2|3\n4|5|6\n7|8|9"),
+])
+def test_an_exchange_reads_well(board_format, empty):
+    cfg = EnvConfig(name="tictactoe", opponent="random", board_format=board_format)
+    env = make_env(cfg)
+    reset = env.reset(_seed_for("X", cfg))
     assert reset.messages[0].content == (
         "You play tic-tac-toe as X against an opponent. "
         "Reply with one choose_square tool call per turn."
     )
-    assert reset.messages[1].content == "1|2|3\n4|5|6\n7|8|9\nYou are X. Your move."
+    assert reset.messages[1].content == f"{empty}\nYou are X. Your move."
     step = env.step(_call(5))
     (reply,) = step.messages
     assert reply.role == "tool" and step.reward == 0.0 and not step.terminated
     assert reply.content.startswith("You played square 5. Opponent played square ")
-    assert reply.content.endswith(f"\n{rules.render(env.board, 'grid')}\nYour move.")
+    assert reply.content.endswith(f"\n{rules.render(env.board, board_format)}\nYour move.")
 
 
 @pytest.mark.parametrize("turn", [

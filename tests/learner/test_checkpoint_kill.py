@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from app.run import checkpoint_step, latest_checkpoint
 from arl.pointer import read_latest
 from learner.checkpoint import load_checkpoint
@@ -36,6 +38,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_sigkill_during_checkpoint_writes_never_loses_the_last_complete_one(tmp_path):
     rng = random.Random(0)
     directory = tmp_path / "checkpoints"

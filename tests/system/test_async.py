@@ -28,6 +28,7 @@ def test_async_at_staleness_zero_is_sync_exactly(tmp_path, warm_model_dir):
     assert _weights_hash(tmp_path / "sync", steps) == _weights_hash(tmp_path / "async", steps)
 
 
+@pytest.mark.slow
 def test_slow_workers_stay_within_the_bound_and_nothing_is_trained_twice(tmp_path,
                                                                          warm_model_dir):
     cfg = ci_config(warm_model_dir, tmp_path, "mode=async", "max_staleness=1", "steps=10",

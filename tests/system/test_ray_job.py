@@ -104,6 +104,7 @@ def test_job_submit_on_a_head_node_as_the_readme_says(cluster_env, tmp_path):
     assert json.loads(out.stdout.splitlines()[-1])["positions"] == 1
 
 
+@pytest.mark.slow
 def test_two_node_config_places_actors_on_their_nodes(cluster_env):
     """The README's two-node block: 5 steps, the rollout worker on the node offering
     `rollout_node`, the learner on the one offering `learner_node` (Ray's state API)."""

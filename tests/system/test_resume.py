@@ -56,6 +56,7 @@ def _kill_tree(proc: subprocess.Popen) -> None:
             pass
 
 
+@pytest.mark.slow
 def test_kill_9_then_resume_auto_matches_an_uninterrupted_run(tmp_path, warm_model_dir):
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     done = subprocess.run(_command(warm_model_dir, whole), cwd=ROOT, env=_env(),

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from arl.types import Message, ToolSchema
-from warmstart.sft import IGNORE, _lr_factor, collate, encode_example, supervised_finetune
+from learner.optim import lr_factor
+from warmstart.sft import IGNORE, collate, encode_example, supervised_finetune
 from warmstart.tiny import IM_END, build_tiny_model, build_tokenizer, render_chat
 
 TOOL = ToolSchema(
@@ -82,7 +83,7 @@ def test_collate_puts_loss_only_on_targets():
 
 
 def test_lr_warms_up_then_decays_to_zero():
-    factors = [_lr_factor(step, warmup=4, total=20) for step in range(20)]
+    factors = [lr_factor(step, 4, 20, "cosine") for step in range(20)]  # as the warm start uses it
     assert factors[:4] == [0.25, 0.5, 0.75, 1.0]
     assert all(a >= b for a, b in zip(factors[3:], factors[4:], strict=False))
     assert factors[-1] < 0.01
