@@ -11,10 +11,20 @@ import re
 import numpy as np
 
 from arl.config import Config, LearnerConfig, load_config
-from arl.types import Generation, Trajectory
+from arl.types import Generation, ToolSchema, Trajectory
 
 CI = "configs/ci.yaml"
 UNTIMED = ("timing/", "perf/")  # wall-clock metrics differ between any two runs
+# A tool written out by hand (the renderer tests pin its exact text).
+TOOL = ToolSchema(
+    name="choose_square",
+    description="Mark an empty square (1-9) with your symbol.",
+    parameters={
+        "type": "object",
+        "properties": {"square": {"type": "integer", "minimum": 1, "maximum": 9}},
+        "required": ["square"],
+    },
+)
 
 
 def ci_config(model_dir: str, out_dir=None, *overrides: str) -> Config:

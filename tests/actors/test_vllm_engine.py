@@ -175,18 +175,14 @@ def _started_since(t0: float) -> list[str]:
 def test_train_on_ray_with_vllm_leaves_nothing_behind(tmp_path, warm_model_dir):
     """Three GSPO steps with vLLM rollout workers on a local Ray cluster; afterwards /dev/shm
     and the process table are as they were."""
-    import json
-
     from app.train import train
-    from arl.config import load_config
+    from tests.builders import ci_config, metrics_rows
 
     shm, t0 = _shm_entries(), time.time()
-    cfg = load_config(["configs/ci.yaml"], [
-        f"model.path={warm_model_dir}", f"output_dir={tmp_path}", "ray.address=local",
-        "rollout.engine=vllm", "rollout.vllm.max_model_len=512"])
+    cfg = ci_config(warm_model_dir, tmp_path, "rollout.engine=vllm",
+                    "rollout.vllm.max_model_len=512")
     train(cfg, use_ray=True)
-    with open(tmp_path / "ci" / "metrics.jsonl") as f:
-        rows = [json.loads(line) for line in f]
+    rows = metrics_rows(tmp_path / "ci")
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert all(r["rollout/sampler_logprob_gap"] < 0.05 for r in rows), rows
     deadline = time.monotonic() + 60

@@ -3,13 +3,12 @@ through the whole loop on CPU: Ray actors, the HF engine, GSPO steps, weight syn
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import transformers
 
 from app.train import train
-from arl.config import EnvConfig, load_config
+from arl.config import EnvConfig
+from tests.builders import ci_config, metrics_rows
 
 pytestmark = [
     pytest.mark.slow,  # about a minute: the KDA layers run through transformers' torch path
@@ -47,12 +46,9 @@ def test_tiny_ling_model_trains_on_ray(tmp_path, ling_model_dir):
 
     from learner.model import load_model
 
-    cfg = load_config(["configs/ci.yaml"], [
-        f"model.path={ling_model_dir}", f"output_dir={tmp_path}", "ray.address=local",
-        "rollout.group_size=8", "rollout.max_new_tokens=32"])
+    cfg = ci_config(ling_model_dir, tmp_path, "rollout.group_size=8", "rollout.max_new_tokens=32")
     train(cfg, use_ray=True)
-    with open(tmp_path / "ci" / "metrics.jsonl") as f:
-        rows = [json.loads(line) for line in f]
+    rows = metrics_rows(tmp_path / "ci")
     assert [r["step"] for r in rows] == [0, 1, 2]
     # The engine and the learner compute the same log-probs, expert routing included.
     assert all(r["rollout/sampler_logprob_gap"] < 0.05 for r in rows), rows

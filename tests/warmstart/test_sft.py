@@ -9,20 +9,12 @@ import re
 import pytest
 import torch
 
-from arl.types import Message, ToolSchema
+from arl.types import Message
 from learner.optim import lr_factor
+from tests.builders import TOOL
 from warmstart.sft import IGNORE, collate, encode_example, supervised_finetune
 from warmstart.tiny import IM_END, build_tiny_model, build_tokenizer, render_chat
 
-TOOL = ToolSchema(
-    name="choose_square",
-    description="Mark an empty square (1-9) with your symbol.",
-    parameters={
-        "type": "object",
-        "properties": {"square": {"type": "integer", "minimum": 1, "maximum": 9}},
-        "required": ["square"],
-    },
-)
 SYSTEM = "You play tic-tac-toe as X. Reply with one choose_square tool call."
 CALL = '<tool_call>{"name": "choose_square", "arguments": {"square": %s}}</tool_call>'
 CALL_RE = re.compile(re.escape(CALL).replace("%s", r"[1-9]") + re.escape(IM_END))

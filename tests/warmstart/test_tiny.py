@@ -14,6 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import learner.model as model_module
 from arl.types import Message, ToolSchema
 from learner.model import load_model, set_torch_threads, token_logprobs
+from tests.builders import TOOL
 from warmstart.tiny import (
     IM_END,
     SPECIAL_TOKENS,
@@ -24,15 +25,6 @@ from warmstart.tiny import (
     save_model_dir,
 )
 
-TOOL = ToolSchema(
-    name="choose_square",
-    description="Mark an empty square (1-9) with your symbol.",
-    parameters={
-        "type": "object",
-        "properties": {"square": {"type": "integer", "minimum": 1, "maximum": 9}},
-        "required": ["square"],
-    },
-)
 SYSTEM = Message("system", "You play tic-tac-toe as X. Reply with one choose_square tool call.")
 CALL = '<tool_call>{"name": "choose_square", "arguments": {"square": %d}}</tool_call>'
 
