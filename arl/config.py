@@ -149,6 +149,7 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
             if not test(value):
                 raise ConfigError(key, f"must be {allowed}, got {value!r}")
     _check_rollout(cfg)
+    _check_rewards(cfg)
     _check_learner(cfg)
     _check_warmstart(cfg)
     _check_eval(cfg, check_paths)
@@ -204,6 +205,19 @@ def _check_rollout(cfg: Config) -> None:
                                                     and r.gpus_per_worker > 0):
         raise ConfigError("weight_sync.transport", "nccl moves weights between GPUs: it needs "
                           "learner.gpus > 0 and rollout.gpus_per_worker > 0 (gloo for CPUs)")
+
+
+def _check_rewards(cfg: Config) -> None:
+    """Per-move penalties must leave an invalid call the worst episode: where one blunder and a
+    loss cost more than an invalid call, ending the game at once is the cheapest way out, and
+    a run learns exactly that (measured: all calls invalid within 6 steps)."""
+    env = cfg.env
+    played = env.reward_loss + env.reward_move_blunder  # a lost game with one blunder
+    quits = env.invalid_action == "end"  # with retries an invalid call does not end the game
+    if quits and env.reward_move_blunder < 0 and env.reward_invalid >= played:
+        raise ConfigError("env.reward_invalid", f"{env.reward_invalid} does not cost more than "
+                          f"a lost game with one blunder ({played}): set it below that, or "
+                          "make env.reward_move_blunder or env.reward_loss milder")
 
 
 def _is_eps(spec: str) -> bool:

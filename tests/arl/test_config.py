@@ -60,6 +60,18 @@ def test_bad_values_name_their_key(override, key):
     assert key in str(err.value)
 
 
+@pytest.mark.parametrize("invalid,ok", [(-1.0, False), (-1.5, False), (-1.6, True)])
+def test_an_invalid_call_must_cost_more_than_a_played_game(invalid, ok):
+    overrides = ["env.name=tictactoe", "env.reward_loss=-1", "env.reward_move_blunder=-0.5",
+                 f"env.reward_invalid={invalid}"]
+    if ok:
+        assert load_config([], overrides, check_paths=False).env.reward_invalid == invalid
+        return
+    with pytest.raises(ConfigError) as err:
+        load_config([], overrides, check_paths=False)
+    assert err.value.key == "env.reward_invalid"
+
+
 def test_unknown_key_in_file_is_named(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("learner:\n  lrate: 0.1\n")
