@@ -169,8 +169,8 @@ def _advantages(cfg: Config, summaries: list[EpisodeSummary]) -> tuple[np.ndarra
     size, lr = cfg.rollout.group_size, cfg.learner
     keep = ~np.array([s.failure is not None for s in summaries]).reshape(-1, size).any(axis=1)
     if lr.advantage == "turn":
-        per_turn = turn_advantages([s.turn_rewards for s in summaries],
-                                   [s.turn_states for s in summaries], size,
+        per_turn = turn_advantages([[t.reward for t in s.turns] for s in summaries],
+                                   [[t.state for t in s.turns] for s in summaries], size,
                                    lr.step_advantage_weight, lr.advantage_eps, lr.turn_discount)
         out = np.empty(len(per_turn), dtype=object)
         for i, adv in enumerate(per_turn):

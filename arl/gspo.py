@@ -67,6 +67,11 @@ def _compute_dtype(x: Tensor) -> torch.dtype:
     return torch.promote_types(x.dtype, torch.float32)  # fp32, or fp64 if already fp64
 
 
+def _per_token(advantages: Tensor) -> Tensor:
+    """[B] or [B, T] advantages as [B, 1] or [B, T], to broadcast against token ratios."""
+    return advantages if advantages.dim() == 2 else advantages[:, None]
+
+
 def _masked_mean(values: Tensor, loss_mask: Tensor) -> Tensor:
     """Mean of values [B, T] over mask=1 tokens -> [B]; a row without mask tokens gives 0."""
     mask = loss_mask.to(values.dtype)  # [B, T]
@@ -143,8 +148,7 @@ def gspo_token_loss(
     seq_ratio = torch.exp(sequence_log_ratio(logprobs, old_logprobs, loss_mask)).detach()  # [B]
     token_ratio = seq_ratio[:, None] * torch.exp(lp - lp.detach())  # [B, T], value = s_i
     adv = advantages.detach().to(dtype)  # [B] or [B, T]
-    token_adv = adv if adv.dim() == 2 else adv[:, None]  # [B, T] or [B, 1]
-    surrogate, _, _ = _clipped_surrogate(token_ratio, token_adv, clip_low, clip_high)
+    surrogate, _, _ = _clipped_surrogate(token_ratio, _per_token(adv), clip_low, clip_high)
     loss = -_masked_mean(surrogate, loss_mask).sum() / num_sequences
     seq_adv = _masked_mean(adv, loss_mask) if adv.dim() == 2 else adv  # [B]
     _, low, high = _clipped_surrogate(seq_ratio, seq_adv, clip_low, clip_high)  # [B] flags
@@ -171,8 +175,8 @@ def grpo_loss(
     dtype = _compute_dtype(logprobs)
     token_ratio = torch.exp(logprobs.to(dtype) - old_logprobs.detach().to(dtype))  # [B, T]
     adv = advantages.detach().to(dtype)  # [B], or [B, T] per token
-    token_adv = adv if adv.dim() == 2 else adv[:, None]
-    surrogate, low, high = _clipped_surrogate(token_ratio, token_adv, clip_low, clip_high)
+    surrogate, low, high = _clipped_surrogate(token_ratio, _per_token(adv), clip_low,
+                                              clip_high)
     loss = -_masked_mean(surrogate, loss_mask).sum() / num_sequences
     has_tokens = loss_mask.sum(dim=-1) > 0  # [B]
     mean_ratio = _masked_mean(token_ratio.detach(), loss_mask)  # [B]

@@ -176,8 +176,7 @@ class Trajectory:
             episode_id=self.episode_id,
             transcript=transcript,
             messages=self.messages if transcript is not None else (),
-            turn_rewards=tuple(t.reward for t in self.turns),
-            turn_states=tuple(t.state for t in self.turns),
+            turns=self.turns,
         )
 
 
@@ -197,8 +196,7 @@ class EpisodeSummary:
     episode_id: int = -1  # see Trajectory
     transcript: str | None = None  # the decoded conversation, when the driver asked for it
     messages: tuple[Message, ...] = ()  # the same conversation as messages (with a transcript)
-    turn_rewards: tuple[float, ...] = ()  # see Turn
-    turn_states: tuple[str | None, ...] = ()
+    turns: tuple[Turn, ...] = ()  # see Trajectory
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,12 @@ class GameSpec:
     best_moves: Callable[[Board, str], tuple[int, ...]] | None = None
 
 
+def turn_state(board: Board, mark: str) -> str:
+    """The name of the state a turn is played in (EnvStep.turn_state): the board and the mark
+    to move. Turns of different episodes with the same name share a step-level baseline."""
+    return f"{''.join(board)}/{mark}"
+
+
 def position_prompt(spec: GameSpec, cfg: EnvConfig, board: Board, player: str,
                     opening: str = "") -> EnvReset:
     """The opening prompt of a full game, for `player` to move on `board` (after `opening`,
@@ -141,7 +147,7 @@ class GameEnv:
             raise RuntimeError("step() before reset()")
         if self._done:
             raise RuntimeError("step() after the episode ended; call reset()")
-        state = f"{''.join(self.board)}/{self.agent}"  # where this turn is played
+        state = turn_state(self.board, self.agent)
         move = read_move(turn, self.spec.tool, self.spec.arg, self.spec.num_moves)
         if isinstance(move, ToolCallError):
             reason = f"Invalid tool call ({move.kind.value}): {move.message.rstrip('.')}."

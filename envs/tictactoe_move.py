@@ -23,7 +23,7 @@ import random
 from arl.config import EnvConfig
 from arl.types import EnvReset, EnvStep, Message, ParsedTurn, ToolCallError
 from envs import tictactoe_rules as rules
-from envs.game_env import read_move
+from envs.game_env import read_move, turn_state
 from envs.tictactoe import CHOOSE_SQUARE
 
 MIN_OPENING_MOVES = 2
@@ -113,8 +113,8 @@ class TicTacToeMoveEnv:
         reward = outcome_reward(outcome, self._cfg)
         info = {"outcome": outcome, "square": square,
                 "invalid": outcome in ("invalid_call", "illegal_move"), **extra}
-        state = f"{''.join(self.board)}/{self.agent}"
-        return EnvStep((Message("tool", text),), reward, True, False, info, turn_state=state)
+        return EnvStep((Message("tool", text),), reward, True, False, info,
+                       turn_state=turn_state(self.board, self.agent))
 
     def _score(self, turn: ParsedTurn) -> tuple[str, int | None, str, dict[str, str]]:
         """(outcome, square, reply text, extra info) of the turn on the current board."""
