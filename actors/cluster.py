@@ -17,7 +17,6 @@ from actors.model_files import cluster_nodes, ship
 from actors.rollout_pool import RolloutBatch, RolloutPool
 from actors.weight_sync import WeightSync, make_weight_sync
 from arl.config import Config
-from arl.evaluation import Position
 
 
 class Cluster:
@@ -89,7 +88,7 @@ class Cluster:
         self.rollout.wait_loads(self.publish_weights(version))
         self.sync.finish()
 
-    def evaluate(self, positions: dict[str, list[Position]], seed: int) -> dict[str, float]:
+    def evaluate(self, positions: dict[str, list[dict]], seed: int) -> dict[str, float]:
         """`eval/*` metrics of the current weights, played by rollout worker 0."""
         e = self.cfg.eval
         return self.rollout.group.get(self.rollout.group.submit_one(

@@ -3,7 +3,6 @@ play full games against an opponent, or score given positions (`arl eval`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import tempfile
 from collections import Counter
@@ -13,16 +12,14 @@ import numpy as np
 
 from actors.engines.hf import HFEngine
 from arl.config import EnvConfig
+from arl.env_spec import resolve_env
 from arl.episode import ChatRenderer, run_episodes
-from arl.evaluation import GAME_OUTCOMES, Position, Rate, game_outcome, parse_opponent
+from arl.evaluation import GAME_OUTCOMES, Rate, game_outcome
 from arl.protocols import RolloutEngine
 from arl.types import SamplingParams, Trajectory
 from envs.registry import make_env
-from envs.tictactoe_move import PositionEnv
 from learner.checkpoint import MANIFEST_FILE
 from learner.export import export_checkpoint
-
-MAX_GAME_TURNS = {"tictactoe": 9, "connect_four": 24, "tictactoe_move": 1}
 
 
 @dataclass(frozen=True)
@@ -65,7 +62,7 @@ def summarize(trajectories: list[Trajectory]) -> EvalReport:
     turns = sum(t.num_turns for t in trajectories)
     outcomes: dict[str, float] = {}
     for t in trajectories:
-        key = str(t.info["outcome"]) if "outcome" in t.info else "unknown"
+        key = t.outcome.kind if t.outcome is not None else "unknown"
         outcomes[key] = outcomes.get(key, 0.0) + 1.0 / n
     return EvalReport(
         episodes=n,
@@ -121,50 +118,49 @@ def play_games(engine: RolloutEngine, env_cfg: EnvConfig, games: int, samples: i
     starts = [(make_env(env_cfg), params.seed + i, i) for i in range(games)
               for _ in range(samples)]
     played = run_episodes(engine, _renderer(engine), starts, params,
-                          max_turns=MAX_GAME_TURNS[env_cfg.name])
-    counts = Counter(game_outcome(str(t.info.get("outcome", "illegal"))) for t in played)
+                          max_turns=resolve_env(env_cfg.name).max_turns)
+    counts = Counter(game_outcome(t.outcome) for t in played)
     return {o: Rate(counts[o], len(played)) for o in GAME_OUTCOMES}
 
 
 def evaluation_metrics(engine: RolloutEngine, env_cfg: EnvConfig, opponents: list[str],
-                       positions: dict[str, list[Position]], games: int, seed: int,
+                       positions: dict[str, list[dict]], games: int, seed: int,
                        max_new_tokens: int) -> dict[str, float]:
     """Greedy play of the engine's current policy, as `eval/*` metrics: for each opponent
-    (`arl eval --opponent` spellings) `games` full games as X and as O, and each positions
-    file's accuracy. Full games are tic-tac-toe unless `env_cfg` is connect four; the run's
-    board format and reward table stay."""
+    (the env's spellings) `games` full games as X and as O, the games the env's spec names
+    (`EnvSpec.eval_game`), and the accuracy on each positions file's rows."""
     greedy = SamplingParams(0.0, 1.0, max_new_tokens, seed)
-    game = "connect_four" if env_cfg.name == "connect_four" else "tictactoe"
+    spec = resolve_env(env_cfg.name)
     metrics: dict[str, float] = {}
-    for spec in opponents:
-        opponent = parse_opponent(spec)
-        name = spec.replace(":", "")
+    for opponent in opponents if spec.eval_game is not None else ():
+        name = opponent.replace(":", "")
         for seat in ("X", "O"):
-            cfg = dataclasses.replace(env_cfg, name=game, opponent=opponent.name,
-                                      opponent_epsilon=opponent.epsilon, seat=seat)
+            _, cfg = spec.eval_game(env_cfg, opponent, seat)
             rates = play_games(engine, cfg, games, 1, greedy)
             for outcome, rate in rates.items():
                 metrics[f"eval/{name}_as_{seat}_{outcome}"] = rate.rate
             metrics[f"eval/{name}_as_{seat}_nonloss"] = rates["win"].rate + rates["draw"].rate
-    one_move = dataclasses.replace(env_cfg, name="tictactoe_move")
     for label, rows in positions.items():
-        rates = score_positions(engine, rows, 1, greedy, one_move)
+        rates = score_positions(engine, env_cfg, rows, 1, greedy)
         metrics[f"eval/{label}_accuracy"] = rates["accuracy"].rate
-        metrics[f"eval/{label}_illegal"] = rates["illegal"].rate + rates["invalid_call"].rate
+        metrics[f"eval/{label}_illegal"] = rates["illegal"].rate
     return metrics
 
 
-def score_positions(engine: RolloutEngine, positions: list[Position], samples: int,
-                    params: SamplingParams, env_cfg: EnvConfig | None = None
-                    ) -> dict[str, Rate]:
-    """One move on each position, `samples` times: `accuracy` (a good move), `illegal` (an
-    occupied square) and `invalid_call` (no valid tool call) over all moves made."""
-    cfg = env_cfg or EnvConfig(name="tictactoe_move")
-    starts = [(PositionEnv(cfg, p.board, p.to_move), params.seed + i, i)
-              for i, p in enumerate(positions) for _ in range(samples)]
+def score_positions(engine: RolloutEngine, env_cfg: EnvConfig, rows: list[dict], samples: int,
+                    params: SamplingParams) -> dict[str, Rate]:
+    """One move from each positions-file row (`EnvSpec.position` of `env_cfg`'s env),
+    `samples` times: `accuracy` (one of the row's good actions) and `illegal` (an invalid
+    call or an illegal move) over all moves made."""
+    spec = resolve_env(env_cfg.name)
+    if spec.position is None:
+        raise ValueError(f"env {spec.name!r} reads no positions files")
+    built = [spec.position(env_cfg, row) for row in rows]
+    starts = [(env, params.seed + i, i) for i, (env, _) in enumerate(built)
+              for _ in range(samples)]
     played = run_episodes(engine, _renderer(engine), starts, params, max_turns=1)
-    good = sum(t.info.get("square") in positions[t.group_id].good_moves for t in played)
-    outcomes = Counter(str(t.info.get("outcome")) for t in played)
+    good = sum(t.outcome is not None and bool(t.outcome.actions)
+               and t.outcome.actions[0] in built[t.group_id][1] for t in played)
+    illegal = sum(t.outcome is None or t.outcome.result == "invalid" for t in played)
     total = len(played)
-    return {"accuracy": Rate(good, total), "illegal": Rate(outcomes["illegal_move"], total),
-            "invalid_call": Rate(outcomes["invalid_call"], total)}
+    return {"accuracy": Rate(good, total), "illegal": Rate(illegal, total)}

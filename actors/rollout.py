@@ -18,23 +18,11 @@ from actors.model_files import ShippedModel, local_model
 from actors.snapshot_policy import SnapshotPolicy
 from actors.transport import Layout, SyncGroup
 from arl.config import EnvConfig, ModelConfig, RolloutConfig
+from arl.env_spec import EnvContext, resolve_env
 from arl.episode import ChatRenderer, run_episodes
-from arl.evaluation import Position
 from arl.types import EpisodeSummary, SamplingParams, Trajectory
 from envs.opponents import PolicyOpponent
-from envs.registry import game_spec, make_env
 from learner.model import set_torch_threads
-
-
-def opponent_schedule(env: EnvConfig, step: int) -> EnvConfig:
-    """`env` with the eps_minimax curriculum applied at `step` (the version being played):
-    epsilon falls linearly from `epsilon_start` to `opponent_epsilon` over
-    `epsilon_decay_steps`, then stays."""
-    if env.epsilon_start < 0:
-        return env
-    done = min(1.0, step / env.epsilon_decay_steps) if env.epsilon_decay_steps else 1.0
-    eps = env.epsilon_start + (env.opponent_epsilon - env.epsilon_start) * done
-    return dataclasses.replace(env, opponent_epsilon=eps)
 
 
 class RolloutWorker:
@@ -63,12 +51,11 @@ class RolloutWorker:
         tokenizer = self.engine.get_tokenizer()
         self.renderer = ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
         # Self-play: a frozen snapshot of the policy plays the opponent (actors/snapshot_policy).
+        self.spec = resolve_env(env.name)
         self.snapshot: SnapshotPolicy | None = None
-        plays_policy = env.opponent == "policy" or (env.opponent == "pool"
-                                                    and "policy" in env.opponent_pool)
-        if plays_policy and env.name != "tictactoe_move":
-            self.snapshot = SnapshotPolicy(model.path, game_spec(env.name), env,
-                                           rollout.temperature)
+        rules = self.spec.self_play(env) if self.spec.self_play is not None else None
+        if rules is not None:
+            self.snapshot = SnapshotPolicy(model.path, rules, env, rollout.temperature)
         self.sync: SyncGroup | None = None  # this worker's end of a collective weight sync
 
     def collect(
@@ -79,9 +66,12 @@ class RolloutWorker:
         `transcripts` groups carries its decoded conversation in `summary.transcript`."""
         if self.cfg.fault_delay_s > 0:  # a slow worker, on purpose (seeded: reproducible)
             time.sleep(random.Random(seed).uniform(0.0, self.cfg.fault_delay_s))
-        env_cfg = opponent_schedule(self.env_cfg, self.engine.version)
+        env_cfg = self.env_cfg
+        if self.spec.schedule is not None:  # a curriculum: the config at this version
+            env_cfg = self.spec.schedule(env_cfg, self.engine.version)
         starts = [
-            (make_env(env_cfg, self._opponent(), variant=i), int(env_seed), int(group_id))
+            (self.spec.make(env_cfg, EnvContext(i, self._opponent())), int(env_seed),
+             int(group_id))
             for env_seed, group_id in zip(env_seeds, group_ids, strict=True)
             for i in range(self.cfg.group_size)
         ]
@@ -118,7 +108,7 @@ class RolloutWorker:
         `env.opponent_refresh_every` versions); return this process's pid, which tells the
         driver whether the worker it talks to is a rebuilt one."""
         self.engine.update_weights(weights, version)
-        if self.snapshot is not None and version % self.env_cfg.opponent_refresh_every == 0:
+        if self.snapshot is not None and version % self.snapshot.refresh_every == 0:
             self.snapshot.load(weights, version)
         return os.getpid()
 
@@ -135,7 +125,7 @@ class RolloutWorker:
         pid like `update_weights`."""
         return self.update_weights(self.sync.receive(self.layout, self.bucket_bytes), version)
 
-    def evaluate(self, opponents: list[str], positions: dict[str, list[Position]], games: int,
+    def evaluate(self, opponents: list[str], positions: dict[str, list[dict]], games: int,
                  seed: int) -> dict[str, float]:
         """`eval/*` metrics of the weights this worker holds (actors/evaluate.py), and
         `eval/policy_version`: which weights those are."""

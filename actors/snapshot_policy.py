@@ -20,10 +20,10 @@ import torch
 
 from actors.engines.stops import end_of_turn_id
 from actors.engines.weights import as_tensor, complete_tied, tied_groups
-from arl.config import EnvConfig
 from arl.episode import ChatRenderer
 from arl.tools import format_tool_call
 from arl.types import ToolCall
+from envs.config import FullGameConfig
 from envs.game_env import Board, GameSpec, position_prompt
 from learner.model import load_model, token_logprobs
 
@@ -31,10 +31,11 @@ from learner.model import load_model, token_logprobs
 class SnapshotPolicy:
     """The callable behind an `envs.opponents.PolicyOpponent`: (board, mark, rng) -> move."""
 
-    def __init__(self, model_path: str, spec: GameSpec, env: EnvConfig, temperature: float):
+    def __init__(self, model_path: str, spec: GameSpec, env: FullGameConfig, temperature: float):
         self.model, tokenizer = load_model(model_path, "float32")
         self.renderer = ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
         self.spec, self.env, self.temperature = spec, env, temperature
+        self.refresh_every = env.opponent_refresh_every  # versions between loads
         self.stop_id = end_of_turn_id(tokenizer)
         self.pad_id = tokenizer.pad_token_id or 0
         self.version = 0

@@ -72,8 +72,12 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
     ev = sub.add_parser("eval", help="win/draw/loss/illegal rates, or accuracy on positions")
     ev.add_argument("--checkpoint", required=True,
                     help="a run dir, its checkpoints/latest, checkpoints/step_<n>, or a model dir")
-    ev.add_argument("--env", default="tictactoe", choices=("tictactoe", "connect_four"))
-    ev.add_argument("--opponent", default="minimax", help="minimax | random | eps:<p>")
+    ev.add_argument("--env", default="tictactoe",
+                    help="the env whose full games are played (any env.name; default: "
+                    "tictactoe)")
+    ev.add_argument("--opponent", default="minimax",
+                    help="as the env spells its opponents (arl's games: minimax | random | "
+                    "eps:<p>)")
     ev.add_argument("--games", type=int, default=200)
     ev.add_argument("--positions", default=None,
                     help="JSONL file of positions to score instead of playing games")

@@ -7,39 +7,42 @@ import argparse
 import json
 
 from app.run import resolve_checkpoint
-from arl.config import EnvConfig
+from arl.config import ConfigError, EnvConfig, load_config
 from arl.errors import UserError
-from arl.evaluation import parse_opponent, read_positions
+from arl.evaluation import check_positions, read_positions
 from arl.types import SamplingParams
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    try:
-        opponent = parse_opponent(args.opponent)
-        positions = read_positions(args.positions) if args.positions else None
-    except OSError as err:
-        raise UserError(f"cannot read {args.positions}: {err.strerror}") from None
-    except ValueError as err:
-        raise UserError(str(err)) from None
     if args.games < 1 or args.samples < 0:
         raise UserError("--games must be >= 1 and --samples >= 0")
     checkpoint = resolve_checkpoint(args.checkpoint)
-    from actors.evaluate import load_policy, play_games, score_positions, trained_env
+    from actors.evaluate import trained_env
+
+    env_cfg = _env_config(args, trained_env(checkpoint))
+    from arl.env_spec import resolve_env
+
+    spec = resolve_env(env_cfg.name)
+    positions = _positions(args.positions, spec, env_cfg) if args.positions else None
+    if positions is None:
+        if spec.eval_game is None:
+            raise UserError(f"env {spec.name!r} has no opponents to play full games against")
+        try:
+            _, env_cfg = spec.eval_game(env_cfg, args.opponent, "random")
+        except ValueError as err:
+            raise UserError(f"--opponent: {err}") from None
+    from actors.evaluate import load_policy, play_games, score_positions
 
     engine = load_policy(checkpoint, args.dtype)
-    board_format = args.board_format or trained_env(checkpoint).get("board_format", "lists")
     samples = args.samples or 1
     params = SamplingParams(args.temperature if args.samples else 0.0, 1.0,
                             args.max_new_tokens, args.seed)
     mode = f"{samples} sampled" if args.samples else "greedy"
     if positions is not None:
-        rates = score_positions(engine, positions, samples, params,
-                                EnvConfig(name="tictactoe_move", board_format=board_format))
+        rates = score_positions(engine, env_cfg, positions, samples, params)
         summary = {"positions": len(positions), "samples": samples}
         print(f"{checkpoint}: {len(positions)} positions, {mode} replies, 95 % Wilson intervals")
     else:
-        env_cfg = EnvConfig(name=args.env, opponent=opponent.name,
-                            opponent_epsilon=opponent.epsilon, board_format=board_format)
         rates = play_games(engine, env_cfg, args.games, samples, params)
         summary = {"env": args.env, "opponent": args.opponent, "games": args.games * samples}
         print(f"{checkpoint}: {args.games * samples} games of {args.env} against "
@@ -49,3 +52,33 @@ def run_eval(args: argparse.Namespace) -> int:
     print(json.dumps({"checkpoint": checkpoint, **summary,
                       **{name: r.as_dict() for name, r in rates.items()}}))
     return 0
+
+
+def _env_config(args: argparse.Namespace, trained: dict) -> EnvConfig:
+    """The env config `arl eval` plays: `--env` (for positions: the env the checkpoint was
+    trained on, else `--env`) with the board format of `--board-format`, else of the run."""
+    name = args.env if not args.positions else trained.get("name", args.env)
+    overrides = [f"env.name={name}"]
+    board_format = args.board_format or trained.get("board_format")
+    try:
+        cfg = load_config([], overrides, check_paths=False)
+        if board_format and hasattr(cfg.env, "board_format"):
+            cfg = load_config([], [*overrides, f"env.board_format={board_format}"],
+                              check_paths=False)
+    except ConfigError as err:
+        raise UserError(f"--env: {err}") from None
+    return cfg.env
+
+
+def _positions(path: str, spec, env_cfg: EnvConfig) -> list[dict]:
+    """The rows of a positions file, each checked by the env (UserError naming the line)."""
+    if spec.position is None:
+        raise UserError(f"env {spec.name!r} reads no positions files")
+    try:
+        rows = read_positions(path)
+        check_positions(path, rows, lambda row: spec.position(env_cfg, row))
+    except OSError as err:
+        raise UserError(f"cannot read {path}: {err.strerror}") from None
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    return rows

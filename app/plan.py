@@ -239,10 +239,9 @@ def prompt_tokens(cfg: Config, samples: int = 32) -> int:
     template (the tool line included)."""
     from transformers import AutoTokenizer
 
+    from arl.env_spec import EnvContext, resolve_env
     from arl.episode import ChatRenderer
     from envs.opponents import RandomOpponent
-    from envs.registry import make_env
-    from envs.tictactoe_rules import legal_moves
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(cfg.model.path, local_files_only=True)
@@ -254,8 +253,11 @@ def prompt_tokens(cfg: Config, samples: int = 32) -> int:
         raise UserError(f"{cfg.model.path}: the tokenizer has no chat template; pass "
                         "--prompt-tokens N")
     renderer = ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
-    opponent = RandomOpponent(legal_moves) if cfg.env.opponent == "policy" else None
-    env = make_env(cfg.env, opponent)
+    spec = resolve_env(cfg.env.name)
+    rules = spec.self_play(cfg.env) if spec.self_play is not None else None
+    # a snapshot opponent only moves: a random one gives the same prompts
+    opponent = RandomOpponent(rules.legal_moves) if rules is not None else None
+    env = spec.make(cfg.env, EnvContext(opponent=opponent))
     return max(len(renderer.prompt_ids(env.reset(seed))) for seed in range(samples))
 
 

@@ -14,11 +14,11 @@ from collections.abc import Callable
 import torch
 
 from app.run import resolve_checkpoint
-from arl.config import EnvConfig
 from arl.episode import ChatRenderer, parse_turn
 from arl.tools import format_tool_call
 from arl.types import Message, SamplingParams, ToolCall
 from envs import tictactoe_rules as rules
+from envs.config import TicTacToeConfig
 from envs.tictactoe import CHOOSE_SQUARE, make_tictactoe
 from learner.model import token_logprobs
 
@@ -85,7 +85,7 @@ def play(checkpoint: str, you: str = "X", dtype: str = "auto",
     engine = load_policy(path, dtype)
     tokenizer = engine.get_tokenizer()
     renderer = ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
-    env = make_tictactoe(EnvConfig(name="tictactoe"), opponent=HumanOpponent(read, write))
+    env = make_tictactoe(TicTacToeConfig(name="tictactoe"), opponent=HumanOpponent(read, write))
     agent = rules.other(you)
     seed = next(s for s in range(100) if random.Random(s).choice(("X", "O")) == agent)
     write(f"you play {you} against the policy of {path}; squares are numbered 1-9, row by "
@@ -115,7 +115,7 @@ def _game(engine, renderer: ChatRenderer, env, seed: int, write: Callable[[str],
         write(f"\nagent plays {chosen}; its next likeliest squares: {others}\n")
         step = env.step(turn)  # the person answers inside, as the env's opponent
         if step.terminated or step.truncated:
-            write(f"\n{rules.render(env.board)}\n{OUTCOME_WORDS[step.info['outcome']]}\n")
+            write(f"\n{rules.render(env.board)}\n{OUTCOME_WORDS[step.outcome.kind]}\n")
             return
         history = [*messages, Message("assistant", text)]
         ids = ids + gen.token_ids.tolist() + renderer.reply_ids(history, step.messages,

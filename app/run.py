@@ -132,7 +132,8 @@ class Run:
     def log_samples(self, step: int, summaries: Sequence[EpisodeSummary]) -> None:
         """The episodes that carry a transcript, to samples.jsonl and the wandb table."""
         rows = [{"step": step, "group_id": s.group_id, "reward": s.reward,
-                 "outcome": str(s.info.get("outcome", "")), "conversation": s.transcript,
+                 "outcome": s.outcome.kind if s.outcome is not None else "",
+                 "conversation": s.transcript,
                  "messages": [m.as_dict() for m in s.messages]}
                 for s in summaries if s.transcript is not None]
         if not rows:

@@ -11,8 +11,8 @@ import numpy as np
 
 from actors.rollout_pool import RolloutBatch
 from arl.config import Config
+from arl.env_spec import resolve_env
 from arl.metrics import Metrics, rollout_metrics
-from envs.registry import OUTCOME_KINDS
 
 
 @dataclass
@@ -37,7 +37,7 @@ def step_metrics(cfg: Config, done: StepDone, t_end: float, actor_restarts: int)
     first = done.batch.summaries[: n * size]
     failed = np.array([s.failure is not None for s in first]).reshape(-1, size).any(axis=1)
     return {
-        **rollout_metrics(first, size, OUTCOME_KINDS.get(cfg.env.name, ())),
+        **rollout_metrics(first, size, resolve_env(cfg.env.name).outcomes),
         "rollout/masked_groups": float(failed.sum()),
         "rollout/trained_groups": float(done.keep.sum() / size),
         "rollout/resample_rounds": float(done.resample_rounds),

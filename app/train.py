@@ -22,9 +22,10 @@ from actors.rollout_pool import RolloutBatch
 from app.run import Run, run_dir
 from app.step_metrics import StepDone, step_metrics
 from app.stop import StopOnSignal, Stopped
-from arl.config import Config, require_extras
+from arl.config import Config, ConfigError, require_extras
 from arl.credit import turn_advantages
-from arl.evaluation import Position, read_positions
+from arl.env_spec import resolve_env
+from arl.evaluation import check_positions, read_positions
 from arl.gspo import group_advantages, informative_groups
 from arl.metrics import Metrics
 from arl.steps import start_states, transcripts_wanted
@@ -82,11 +83,20 @@ def train(cfg: Config, use_ray: bool = True) -> Metrics:
     return metrics
 
 
-def _read_positions(cfg: Config) -> dict[str, list[Position]]:
-    """The positions files evaluation scores, by file name (read once, by the driver)."""
+def _read_positions(cfg: Config) -> dict[str, list[dict]]:
+    """The positions files evaluation scores, by file name (read once, by the driver, and
+    every row checked by the env before Ray starts)."""
     if not cfg.eval.every:
         return {}
-    return {os.path.splitext(os.path.basename(p))[0]: read_positions(p) for p in cfg.eval.positions}
+    spec, files = resolve_env(cfg.env.name), {}
+    for path in cfg.eval.positions:
+        try:
+            rows = read_positions(path)
+            check_positions(path, rows, functools.partial(spec.position, cfg.env))
+        except ValueError as err:
+            raise ConfigError("eval.positions", str(err)) from None
+        files[os.path.splitext(os.path.basename(path))[0]] = rows
+    return files
 
 
 def _sync_steps(cfg: Config, cluster: Cluster, start: int) -> Iterator[tuple[int, StepDone]]:

@@ -17,6 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from arl.env_spec import EnvSpec, resolve_env
 from arl.errors import UserError
 from arl.model_path import model_file
 from arl.schema import (  # noqa: F401 (the sections are imported from here)
@@ -51,27 +52,47 @@ def load_config(
 ) -> Config:
     """Merge schema defaults, YAML files and `key=value` overrides; validate; return a Config.
 
+    The `env` section takes the config type of the env that the last `env.name` given names
+    (`arl.env_spec.resolve_env`), so its keys are checked like every other section's.
     `check_paths=False` skips checks that need files (e.g. `model.path` before a warm start).
     Raises ConfigError naming the offending key (with the closest known key for a typo).
     """
-    merged = OmegaConf.structured(Config)
-    for path in paths:
-        if not os.path.isfile(path):
-            raise ConfigError("<file>", f"config file not found: {path}")
-        merged = _merge(merged, _load_yaml(path), source=path)
+    sources = [(path, _load_yaml(path)) for path in paths]
     for item in overrides:
         if "=" not in item:
             raise ConfigError(item, "override must look like key=value")
-        key = item.split("=", 1)[0].strip()
-        if OmegaConf.select(merged, key, default=_MISSING) is _MISSING:
-            raise ConfigError(key, "unknown key" + did_you_mean(key))
-        merged = _merge(merged, OmegaConf.from_dotlist([item]), source=item)
+        sources.append((item, OmegaConf.from_dotlist([item])))
+    spec = _env_spec(sources)
+    merged = OmegaConf.structured(Config)
+    merged.env = OmegaConf.structured(spec.config)
+    for source, node in sources:
+        if source in overrides:
+            key = source.split("=", 1)[0].strip()
+            if OmegaConf.select(merged, key, default=_MISSING) is _MISSING:
+                raise ConfigError(key, "unknown key" + did_you_mean(key, spec.config))
+        merged = _merge(merged, node, source, spec.config)
     cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    cfg.env.name = cfg.env.name or spec.name
     validate(cfg, check_paths=check_paths)
     return cfg
 
 
 _MISSING = object()
+
+
+def _env_spec(sources: list[tuple[str, Any]]) -> EnvSpec:
+    """The spec of the env the last `env.name` among `sources` names (the default env if
+    none does); ConfigError at env.name if it names none."""
+    name = ""
+    for source, node in sources:
+        found = OmegaConf.select(node, "env.name", default=None)
+        if found is not None:
+            name, where = str(found), source
+    try:
+        return resolve_env(name or "default")
+    except UserError as err:
+        raise ConfigError("env.name", f"{err} (from {where if name else 'the default'})"
+                          ) from None
 
 
 def _load_yaml(path: str) -> Any:
@@ -90,40 +111,47 @@ def _load_yaml(path: str) -> Any:
     return node
 
 
-def _merge(base: Any, other: Any, source: str) -> Any:
+def _merge(base: Any, other: Any, source: str, env: type) -> Any:
     try:
         return OmegaConf.merge(base, other)
     except OmegaConfBaseException as err:
         key = str(getattr(err, "full_key", None) or "<unknown>")
         reason = str(err).splitlines()[0]
         if isinstance(err, ConfigKeyError):
-            reason = "unknown key" + did_you_mean(key)
+            reason = "unknown key" + did_you_mean(key, env)
         raise ConfigError(key, f"{reason} (from {source})") from None
 
 
-def keys(cls: type = None, prefix: str = "") -> list[str]:  # type: ignore[assignment]
-    """Every dotted key of the schema (leaves only), in declaration order."""
+def _section(cls: type, f: dataclasses.Field, env: type) -> type:
+    return env if cls is Config and f.name == "env" else f.default_factory  # type: ignore
+
+
+def keys(cls: type = None, prefix: str = "", env: type = EnvConfig) -> list[str]:  # type: ignore[assignment]
+    """Every dotted key of the schema (leaves only), in declaration order; the env section
+    as config type `env` has it."""
     out = []
-    for f in dataclasses.fields(cls or Config):
+    cls = cls or Config
+    for f in dataclasses.fields(cls):
         if "choices" not in f.metadata:  # a section
-            out += keys(f.default_factory, f"{prefix}{f.name}.")  # type: ignore[arg-type]
+            out += keys(_section(cls, f, env), f"{prefix}{f.name}.", env)
         else:
             out.append(f"{prefix}{f.name}")
     return out
 
 
-def did_you_mean(key: str) -> str:
+def did_you_mean(key: str, env: type = EnvConfig) -> str:
     """"; did you mean 'x.y'?" for the closest schema key, or "" if none is close."""
-    close = difflib.get_close_matches(key, keys(), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(key, keys(env=env), n=1, cutoff=0.6)
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
-def field_info(key: str) -> tuple[dataclasses.Field, Any]:
-    """(the dataclasses.Field of a dotted key, its schema default)."""
+def field_info(key: str, env: type = EnvConfig) -> tuple[dataclasses.Field, Any]:
+    """(the dataclasses.Field of a dotted key, its schema default); env keys as config type
+    `env` has them."""
     cls: Any = Config
     parts = key.split(".")
     for part in parts[:-1]:
-        cls = {f.name: f for f in dataclasses.fields(cls)}[part].default_factory
+        cls = _section(cls, {f.name: f for f in dataclasses.fields(cls)}[part], env)
     found = {f.name: f for f in dataclasses.fields(cls)}[parts[-1]]
     default = (found.default if found.default is not dataclasses.MISSING
                else found.default_factory())  # type: ignore[misc]
@@ -140,8 +168,9 @@ def _get(cfg: Config, key: str) -> Any:
 def validate(cfg: Config, check_paths: bool = True) -> None:
     """Check every value that a type cannot: choices and ranges (declared on each field),
     then the rules that tie fields together."""
-    for key in keys():
-        meta, value = field_info(key)[0].metadata, _get(cfg, key)
+    env = type(cfg.env)
+    for key in keys(env=env):
+        meta, value = field_info(key, env)[0].metadata, _get(cfg, key)
         if meta["choices"] and value not in meta["choices"]:
             raise ConfigError(key, f"must be one of {list(meta['choices'])}, got {value!r}")
         if meta["check"]:
@@ -149,7 +178,12 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
             if not test(value):
                 raise ConfigError(key, f"must be {allowed}, got {value!r}")
     _check_rollout(cfg)
-    _check_rewards(cfg)
+    spec = resolve_env(cfg.env.name)
+    if not isinstance(cfg.env, spec.config):
+        raise ConfigError("env", f"env {cfg.env.name!r} takes a {spec.config.__name__}, got a "
+                          f"{env.__name__}")
+    if spec.check is not None:
+        spec.check(cfg.env, cfg)
     _check_learner(cfg)
     _check_warmstart(cfg)
     _check_eval(cfg, check_paths)
@@ -170,15 +204,6 @@ def _check_rollout(cfg: Config) -> None:
         raise ConfigError("rollout.groups_per_step", "in async mode it must be a multiple of "
                           f"rollout.num_workers ({r.num_workers}): a batch is one "
                           "equal share from each")
-    for i, spec in enumerate(cfg.env.opponent_pool):
-        if spec not in ("random", "minimax", "policy") and not _is_eps(spec):
-            raise ConfigError(f"env.opponent_pool.{i}", f"{spec!r}: must be random, minimax, "
-                              "policy or eps:<p> with 0 <= p <= 1")
-    if cfg.env.epsilon_start > 1:
-        raise ConfigError("env.epsilon_start", "must be in [0, 1] (or < 0: off)")
-    if cfg.env.opponent == "policy" and cfg.env.name == "tictactoe_move":
-        raise ConfigError("env.opponent", "tictactoe_move has no opponent; opponent=policy "
-                          "(self-play) is for the full games, tictactoe and connect_four")
     if r.dynamic_sampling and cfg.mode != "sync":
         raise ConfigError("rollout.dynamic_sampling", "needs mode=sync: a step decides how "
                           "many more groups to play from the ones it has")
@@ -207,26 +232,6 @@ def _check_rollout(cfg: Config) -> None:
                           "learner.gpus > 0 and rollout.gpus_per_worker > 0 (gloo for CPUs)")
 
 
-def _check_rewards(cfg: Config) -> None:
-    """Per-move penalties must leave an invalid call the worst episode: where one blunder and a
-    loss cost more than an invalid call, ending the game at once is the cheapest way out, and
-    a run learns exactly that (measured: all calls invalid within 6 steps)."""
-    env = cfg.env
-    played = env.reward_loss + env.reward_move_blunder  # a lost game with one blunder
-    quits = env.invalid_action == "end"  # with retries an invalid call does not end the game
-    if quits and env.reward_move_blunder < 0 and env.reward_invalid >= played:
-        raise ConfigError("env.reward_invalid", f"{env.reward_invalid} does not cost more than "
-                          f"a lost game with one blunder ({played}): set it below that, or "
-                          "make env.reward_move_blunder or env.reward_loss milder")
-
-
-def _is_eps(spec: str) -> bool:
-    try:
-        return spec.startswith("eps:") and 0.0 <= float(spec[4:]) <= 1.0
-    except ValueError:
-        return False
-
-
 def _check_learner(cfg: Config) -> None:
     lr = cfg.learner
     if lr.advantage == "turn" and lr.loss == "gspo":
@@ -251,21 +256,25 @@ def _check_learner(cfg: Config) -> None:
 
 
 def _check_eval(cfg: Config, check_paths: bool) -> None:
-    from arl.evaluation import parse_opponent
-
-    for i, spec in enumerate(cfg.eval.opponents):
+    """Evaluation needs what the env offers: full games against each of `eval.opponents`
+    (`EnvSpec.eval_game`) and starts from positions files (`EnvSpec.position`)."""
+    if not cfg.eval.every:
+        return
+    spec = resolve_env(cfg.env.name)
+    for i, opponent in enumerate(cfg.eval.opponents):
+        if spec.eval_game is None:
+            raise ConfigError("eval.opponents", f"env {spec.name!r} has no opponents to "
+                              "evaluate against: set eval.opponents=[]")
         try:
-            parse_opponent(spec)
-        except ValueError:
-            raise ConfigError(f"eval.opponents.{i}", f"{spec!r}: must be minimax, random or "
-                              "eps:<p> with 0 <= p <= 1") from None
-    if cfg.eval.every and check_paths:
-        for i, path in enumerate(cfg.eval.positions):
-            if not os.path.isfile(path):
-                raise ConfigError(f"eval.positions.{i}", f"no positions file at {path}")
-    if cfg.eval.every and cfg.env.name == "connect_four" and cfg.eval.positions:
-        raise ConfigError("eval.positions", "positions files are tic-tac-toe boards; set "
-                          "eval.positions=[] for connect_four")
+            spec.eval_game(cfg.env, opponent, "X")
+        except ValueError as err:
+            raise ConfigError(f"eval.opponents.{i}", str(err)) from None
+    if cfg.eval.positions and spec.position is None:
+        raise ConfigError("eval.positions", f"env {spec.name!r} reads no positions files: "
+                          "set eval.positions=[]")
+    for i, path in enumerate(cfg.eval.positions if check_paths else ()):
+        if not os.path.isfile(path):
+            raise ConfigError(f"eval.positions.{i}", f"no positions file at {path}")
 
 
 def _check_warmstart(cfg: Config) -> None:

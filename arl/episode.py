@@ -22,6 +22,7 @@ from arl.tools import parse_tool_call
 from arl.types import (
     EnvReset,
     Message,
+    Outcome,
     SamplingParams,
     ToolCall,
     ToolCallError,
@@ -47,7 +48,7 @@ class _Episode:
     tool_calls: int = 0
     invalid_calls: int = 0
     done: bool = False
-    info: dict[str, Any] = field(default_factory=dict)
+    outcome: Outcome | None = None
     failure: str | None = None
     turn_log: list[Turn] = field(default_factory=list)
 
@@ -233,7 +234,8 @@ def _advance(
         return
     ep.reward += reward
     ep.turn_log.append(Turn(start, len(ep.ids), reward, result.turn_state))
-    ep.info = dict(result.info)
+    if result.outcome is not None:
+        ep.outcome = result.outcome
     ep.done = result.terminated or result.truncated or last_turn
     history = [*ep.messages, Message("assistant", text)]
     if not ep.done:
@@ -254,7 +256,7 @@ def _finish(ep: _Episode, version: int) -> Trajectory:
         num_turns=ep.turns,
         num_tool_calls=ep.tool_calls,
         num_invalid_calls=ep.invalid_calls,
-        info=ep.info,
+        outcome=ep.outcome,
         failure=ep.failure,
         messages=tuple(ep.messages),
         turns=tuple(ep.turn_log),

@@ -1,21 +1,21 @@
-"""What `arl eval` reports: rates with 95 % confidence intervals, and the positions file.
+"""What `arl eval` reports: rates with 95 % confidence intervals, and positions files.
 
 Pure functions and records, no torch or Ray: the playing happens in `actors/evaluate.py`.
-
-Positions file (JSON Lines), one position per line:
-    {"board": "X.O......", "to_move": "X", "good_moves": [3, 5]}
-`board` is 9 cells row by row (`X`, `O`, `.` for empty); squares are numbered 1-9 row by
-row; every good move must be an empty square.
+A positions file holds one JSON object per line; its env reads them (`EnvSpec.position`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+from arl.types import Outcome
 
 Z95 = 1.959963984540054  # the standard normal's 97.5 % quantile
-GAME_OUTCOMES = ("win", "draw", "loss", "illegal")
+GAME_OUTCOMES = ("win", "draw", "loss", "illegal")  # Outcome.result, invalid called illegal
 
 
 def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:
@@ -53,70 +53,39 @@ class Rate:
         return f"{self.rate:6.1%}  [{lo:6.1%}, {hi:6.1%}]  ({self.count}/{self.total})"
 
 
-def game_outcome(outcome: str) -> str:
-    """An env's final `outcome` as one of GAME_OUTCOMES (an invalid turn ends the game)."""
-    return "illegal" if outcome in ("invalid", "invalid_call", "illegal_move") else outcome
+def game_outcome(outcome: Outcome | None) -> str:
+    """An episode's Outcome as one of GAME_OUTCOMES: an invalid turn ended it (or no outcome
+    was reported, or none of win, draw, loss applies): illegal."""
+    result = outcome.result if outcome is not None else None
+    return result if result in ("win", "draw", "loss") else "illegal"
 
 
-@dataclass(frozen=True)
-class Opponent:
-    """An `--opponent` choice as env config values."""
-
-    name: str  # random | minimax | eps_minimax
-    epsilon: float = 0.0
-
-
-def parse_opponent(spec: str) -> Opponent:
-    """"minimax" | "random" | "eps:<p>" (minimax, but a random move with chance p)."""
-    if spec in ("minimax", "random"):
-        return Opponent(spec)
-    if spec.startswith("eps:"):
-        try:
-            epsilon = float(spec[4:])
-        except ValueError:
-            epsilon = -1.0
-        if 0.0 <= epsilon <= 1.0:
-            return Opponent("eps_minimax", epsilon)
-    raise ValueError(f"--opponent must be minimax, random or eps:<p> with 0 <= p <= 1; "
-                     f"got {spec!r}")
-
-
-@dataclass(frozen=True)
-class Position:
-    """One line of a positions file (see the module docstring)."""
-
-    board: tuple[str, ...]
-    to_move: str
-    good_moves: tuple[int, ...]
-
-
-def read_positions(path: str) -> list[Position]:
-    """Every position of a JSONL file. Raises ValueError naming the line of the first bad
-    one (not JSON, a missing or malformed field, a good move on an occupied square)."""
-    positions = []
+def read_positions(path: str) -> list[dict]:
+    """Every row of a positions file (JSON Lines, one JSON object per line; what a row holds
+    is the env's to say: `EnvSpec.position`). Raises ValueError naming the line of the first
+    row that is not a JSON object, or the file if it has none."""
+    rows = []
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, start=1):
             if not line.strip():
                 continue
             try:
-                positions.append(_position(json.loads(line)))
-            except (json.JSONDecodeError, ValueError, TypeError, KeyError) as err:
-                raise ValueError(f"{path}:{number}: {err}") from err
-    if not positions:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number}: {err}") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{number}: a position must be a JSON object")
+            rows.append(row)
+    if not rows:
         raise ValueError(f"{path}: no positions")
-    return positions
+    return rows
 
 
-def _position(row: dict) -> Position:
-    board, to_move, good = row["board"], row["to_move"], row["good_moves"]
-    if not isinstance(board, str) or len(board) != 9 or set(board) - set("XO."):
-        raise ValueError(f"board must be 9 of X, O, '.'; got {board!r}")
-    if to_move not in ("X", "O"):
-        raise ValueError(f"to_move must be X or O; got {to_move!r}")
-    if (not isinstance(good, list) or not good
-            or not all(type(m) is int and 1 <= m <= 9 for m in good)):
-        raise ValueError(f"good_moves must be a non-empty list of squares 1-9; got {good!r}")
-    taken = [m for m in good if board[m - 1] != "."]
-    if taken:
-        raise ValueError(f"good_moves {taken} are not empty squares of {board!r}")
-    return Position(tuple(board), to_move, tuple(good))
+def check_positions(path: str, rows: list[dict], position: Callable[[dict], Any]) -> None:
+    """Build every row with `position` (an env's `EnvSpec.position` bound to its config);
+    ValueError naming the line of the first row it refuses."""
+    for number, row in enumerate(rows, start=1):
+        try:
+            position(row)
+        except (ValueError, TypeError, KeyError) as err:
+            raise ValueError(f"{path}: position {number}: {err}") from None

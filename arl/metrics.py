@@ -14,19 +14,15 @@ import numpy as np
 from arl.types import EpisodeSummary, Histogram
 
 Metrics = dict[str, float | Histogram]
-# Episode outcomes as each env names them -> the four game-outcome rates every run logs.
-OUTCOME_RATES = {
-    "game/win_rate": ("win",),
-    "game/draw_rate": ("draw",),
-    "game/loss_rate": ("loss",),
-    "game/illegal_rate": ("invalid", "invalid_call", "illegal_move"),  # an invalid turn ended it
-}
+# Outcome.result -> the game-outcome rates every run logs (invalid: an invalid turn ended it).
+RESULT_RATES = {"game/win_rate": "win", "game/draw_rate": "draw", "game/loss_rate": "loss",
+                "game/illegal_rate": "invalid"}
 
 
 def rollout_metrics(summaries: Sequence[EpisodeSummary], group_size: int,
                     outcome_kinds: Sequence[str] = ()) -> Metrics:
     """The rollout signals of one batch of episodes (groups are consecutive, `group_size` each):
-    reward, length, tool calls, actions (entropy and a per-square histogram), outcomes.
+    reward, length, tool calls, actions (entropy and a histogram), outcomes.
     `rollout/outcome_<kind>` is logged for every kind in `outcome_kinds` (0 when none
     occurred, so curves have no gaps) and for any other outcome that occurred."""
     rewards = np.array([s.reward for s in summaries], dtype=np.float64)
@@ -45,34 +41,32 @@ def rollout_metrics(summaries: Sequence[EpisodeSummary], group_size: int,
             np.mean(rewards.reshape(-1, group_size).std(axis=1) == 0)
         ),
     }
-    outcomes = Counter(str(s.info["outcome"]) for s in summaries if "outcome" in s.info)
+    ended = [s.outcome for s in summaries if s.outcome is not None]
+    outcomes = Counter(o.kind for o in ended)
     for outcome in sorted({*outcome_kinds, *outcomes}):
         metrics[f"rollout/outcome_{outcome}"] = outcomes[outcome] / len(summaries)
-    for key, names in OUTCOME_RATES.items():
-        metrics[key] = sum(outcomes[n] for n in names) / len(summaries)
+    results = Counter(o.result for o in ended)
+    for key, result in RESULT_RATES.items():
+        metrics[key] = results[result] / len(summaries)
     return {**metrics, "rollout/action_hist": action_histogram(summaries)}
 
 
 def action_histogram(summaries: Sequence[EpisodeSummary]) -> Histogram:
-    """Counts of each chosen square/column (1..9 for tic-tac-toe, wider if an env has more)."""
-    chosen = [sq for s in summaries for sq in chosen_squares(s)]
+    """Counts of each chosen action number, one bin per number from 1 to the largest chosen
+    (at least 9 bins, so curves of small action spaces keep one shape)."""
+    chosen = [a for s in summaries for a in chosen_actions(s)]
     top = max([9, *chosen])
     return Histogram.of(chosen, bins=np.arange(0.5, top + 1.0))
 
 
-def chosen_squares(summary: EpisodeSummary) -> list[int]:
-    """Every square/column the agent chose in an episode, as the env reported it."""
-    for key in ("squares", "columns"):  # full games report every move
-        if key in summary.info:
-            return [int(x) for x in summary.info[key] if x is not None]
-    if summary.info.get("square") is None:
-        return []
-    return [int(summary.info["square"])]
+def chosen_actions(summary: EpisodeSummary) -> tuple[int, ...]:
+    """Every numbered action the agent took in an episode, as its env reported it."""
+    return summary.outcome.actions if summary.outcome is not None else ()
 
 
 def action_entropy(summaries: Sequence[EpisodeSummary]) -> float:
     """Entropy (nats) of the distribution of chosen actions over the batch; 0 if none."""
-    counts = Counter(sq for s in summaries for sq in chosen_squares(s))
+    counts = Counter(a for s in summaries for a in chosen_actions(s))
     total = sum(counts.values())
     if total == 0:
         return 0.0

@@ -34,7 +34,6 @@ CHECKS: dict[str, tuple[Any, str]] = {
     "fraction": (lambda v: 0 <= v <= 1, "in [0, 1]"),
     "share": (lambda v: 0 < v <= 1, "in (0, 1]"),
 }
-ENV_NAMES = ("tictactoe_move", "tictactoe", "connect_four")
 LOSS_NAMES = ("gspo", "gspo_token", "grpo")
 ENGINE_NAMES = ("hf", "vllm")
 BACKEND_NAMES = ("torch", "deepspeed")
@@ -54,47 +53,12 @@ class ModelConfig:
 
 @dataclass
 class EnvConfig:
-    name: str = opt("tictactoe_move", "the environment", choices=ENV_NAMES)
-    reward_invalid: float = opt(-1.0, "a missing, malformed or illegal call")
-    reward_legal: float = opt(0.0, "tictactoe_move: a legal move that is not best")
-    reward_best: float = opt(0.8, "tictactoe_move: a minimax-best move")
-    reward_win: float = opt(1.0, "an immediate win (tictactoe_move) or a won game")
-    reward_draw: float = opt(0.0, "a drawn game")
-    reward_loss: float = opt(-1.0, "a lost game")
-    reward_move_best: float = opt(0.0, "full games: added to each turn whose move keeps the "
-                                  "game's minimax value (tictactoe)")
-    reward_move_blunder: float = opt(0.0, "full games: added to each turn whose move gives "
-                                     "some of the game's minimax value up (tictactoe)")
-    opponent: str = opt("eps_minimax", "who the full games are played against; policy: a "
-                        "frozen snapshot of the policy (self-play); pool: one of "
-                        "opponent_pool per game",
-                        choices=("random", "minimax", "eps_minimax", "policy", "pool"))
-    opponent_pool: list[str] = opt(["random", "eps:0.3", "minimax"], "opponent=pool: the "
-                                   "opponents a game may meet: random | minimax | policy | "
-                                   "eps:<p>")
-    epsilon_start: float = opt(-1.0, "eps_minimax curriculum: the opponent's epsilon at step "
-                               "0, falling linearly to opponent_epsilon over "
-                               "epsilon_decay_steps; < 0: off")
-    epsilon_decay_steps: int = opt(0, "steps of the epsilon curriculum", check="non_negative")
-    opponent_epsilon: float = opt(0.3, "eps_minimax: the chance of a random move",
-                                  check="fraction")
-    opponent_refresh_every: int = opt(10, "opponent=policy: steps between refreshes of the "
-                                      "frozen snapshot of the policy that plays the opponent",
-                                      check="positive")
-    invalid_action: str = opt("end", "an invalid turn ends the game (end) or may be retried",
-                              choices=("end", "retry"))
-    max_retries: int = opt(2, "invalid_action=retry: retries per turn before the game ends",
-                           check="non_negative")
-    search_depth: int = opt(4, "connect_four: the minimax opponent's search depth",
-                            check="positive")
-    seat: str = opt("random", "full games: the agent's mark (X moves first); random: drawn "
-                    "from the episode seed", choices=("random", "X", "O"))
-    group_symmetries: bool = opt(False, "tictactoe_move: the G episodes of a group play its "
-                                 "board in turn in each of the 8 symmetries: a policy that "
-                                 "plays one square whatever the board shows gets different "
-                                 "rewards within the group, so it still learns")
-    board_format: str = opt("lists", "tic-tac-toe boards as text: lists (X: 1 5 / O: 3 / free: "
-                            "...) or grid (X|2|O rows)", choices=("lists", "grid"))
+    """The `env` section's one shared key. Every env has its own config type, a subclass
+    with its own keys (`arl.env_spec.EnvSpec.config`): `load_config` builds that type from
+    the name, so `env.*` keys another env would take are refused."""
+
+    name: str = opt("", "the env: an installed name (`arl config show` lists them), or "
+                    "package.module:make for your own; empty: the env installed as `default`")
 
 
 @dataclass
@@ -232,17 +196,16 @@ class WandbConfig:
 @dataclass
 class WarmstartConfig:
     output: str = opt("cache:tiny-warmstart", "where `arl warmstart` saves the model")
-    env: str = opt("tictactoe_move", "the env whose transcripts teach the format",
-                   choices=("tictactoe_move",))
+    env: str = opt("", "the env whose transcripts teach the format; empty: the default env")
     examples: int = opt(16000, "synthetic transcripts", check="positive")
     epochs: int = opt(1, "passes over them", check="positive")
     lr: float = opt(3e-3, "AdamW learning rate", check="positive")
     batch_size: int = opt(32, "transcripts per step", check="positive")
     malformed_fraction: float = opt(0.5, "transcripts whose call does not parse",
                                     check="fraction")
-    illegal_fraction: float = opt(0.0, "well-formed calls on an occupied square",
+    illegal_fraction: float = opt(0.0, "well-formed calls of an illegal move",
                                   check="fraction")
-    game_fraction: float = opt(0.0, "transcripts from the middle of full tictactoe games",
+    game_fraction: float = opt(0.0, "transcripts from the middle of full games",
                                check="fraction")
     prompt_loss: bool = opt(True, "language-model the prompt too: how the model learns to read")
     compute_dtype: str = opt("auto", "matrix products in bfloat16 (fp32 weights) or float32; "
@@ -264,8 +227,9 @@ class EvalConfig:
     every: int = opt(0, "steps between evaluations of the current weights (and after the "
                      "last step); 0: never", check="non_negative")
     games: int = opt(40, "greedy full games per opponent and seat", check="positive")
-    opponents: list[str] = opt(["minimax", "eps:0.3", "random"], "opponents of the full games: "
-                               "minimax | random | eps:<p>")
+    opponents: list[str] = opt(["minimax", "eps:0.3", "random"], "opponents of the env's full "
+                               "games, as the env spells them (arl's own: minimax | random | "
+                               "eps:<p>)")
     positions: list[str] = opt(["configs/positions/win_in_one.jsonl",
                                 "configs/positions/block_in_one.jsonl"],
                                "positions files scored greedily (read by the driver)")

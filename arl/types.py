@@ -18,7 +18,7 @@ JSON schemas) and for metrics.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -97,22 +97,48 @@ class EnvReset:
     tools: tuple[ToolSchema, ...]
 
 
+RESULTS = ("win", "draw", "loss", "invalid")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an episode ended, as its env reports it on the last step.
+
+    `kind` is one of the env's own outcome names (`EnvSpec.outcomes`), logged as
+    `rollout/outcome_<kind>`. `result` places it on the scale every game shares: win | draw |
+    loss | invalid (an invalid turn ended the episode), or None where none applies (e.g. a
+    scored single move that neither wins nor fails). `actions` are the agent's actions in
+    order as integers, where the env has numbered actions (for the action histogram and
+    entropy); `()` otherwise.
+    """
+
+    kind: str
+    result: str | None = None
+    actions: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.result is not None and self.result not in RESULTS:
+            raise ValueError(f"Outcome.result must be one of {RESULTS} or None, "
+                             f"got {self.result!r}")
+
+
 @dataclass(frozen=True)
 class EnvStep:
     """The env's answer to one turn.
 
     `messages` are appended to the conversation (tool results, opponent replies); they are
-    never trained on. `reward` is this turn's (the episode's is their sum). `info` carries
-    per-episode facts for metrics (e.g. outcome, square). `turn_state` optionally names the
-    state the turn was played in (e.g. the board and the mark to move): turns of different
-    episodes with the same name share a baseline under `learner.advantage: turn`.
+    never trained on. `reward` is this turn's (the episode's is their sum). `outcome` says
+    how the episode ended, on the step that ends it (None on the others). `turn_state`
+    optionally names the state the turn was played in (e.g. the position and who is to
+    move): turns of different episodes with the same name share a baseline under
+    `learner.advantage: turn`.
     """
 
     messages: tuple[Message, ...]
     reward: float
     terminated: bool
     truncated: bool
-    info: dict[str, Any] = field(default_factory=dict)
+    outcome: Outcome | None = None
     turn_state: str | None = None
 
 
@@ -149,7 +175,7 @@ class Trajectory:
     num_turns: int
     num_tool_calls: int
     num_invalid_calls: int
-    info: dict[str, Any] = field(default_factory=dict)
+    outcome: Outcome | None = None  # the env's last step's, None if it never said
     failure: str | None = None
     episode_id: int = -1  # unique in a run: group_id * group_size + index in the group
     messages: tuple[Message, ...] = ()
@@ -171,7 +197,7 @@ class Trajectory:
             num_turns=self.num_turns,
             num_tool_calls=self.num_tool_calls,
             num_invalid_calls=self.num_invalid_calls,
-            info=self.info,
+            outcome=self.outcome,
             failure=self.failure,
             episode_id=self.episode_id,
             transcript=transcript,
@@ -191,7 +217,7 @@ class EpisodeSummary:
     num_turns: int
     num_tool_calls: int
     num_invalid_calls: int
-    info: dict[str, Any] = field(default_factory=dict)
+    outcome: Outcome | None = None  # see Trajectory
     failure: str | None = None  # see Trajectory
     episode_id: int = -1  # see Trajectory
     transcript: str | None = None  # the decoded conversation, when the driver asked for it

@@ -15,10 +15,9 @@ import time
 import torch
 
 from actors.engines.hf import HFEngine
-from arl.config import EnvConfig
 from arl.episode import ChatRenderer
 from arl.types import SamplingParams
-from envs.registry import make_env
+from envs.registry import env_config, make_env
 
 MODEL = sys.argv[1] if len(sys.argv) > 1 else "cache:tiny-warmstart"
 NEW_TOKENS = 32
@@ -43,7 +42,7 @@ def main() -> None:
         engine = HFEngine(MODEL, dtype=dtype)
         tok = engine.get_tokenizer()
         renderer = ChatRenderer(tok, stop_token=tok.eos_token)
-        env = make_env(EnvConfig())
+        env = make_env(env_config())
         for batch in (8, 32, 64):
             prompts = [renderer.prompt_ids(env.reset(seed)) for seed in range(batch)]
             results[dtype, batch] = tokens_per_s(engine, prompts)

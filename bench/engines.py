@@ -19,9 +19,8 @@ from engine_throughput import tokens_per_s  # bench/ is on sys.path when run as 
 
 from actors.engines.hf import HFEngine
 from actors.engines.vllm import VLLMEngine
-from arl.config import EnvConfig
 from arl.episode import ChatRenderer
-from envs.registry import make_env
+from envs.registry import env_config, make_env
 
 BATCHES = (8, 32, 64)
 
@@ -35,7 +34,7 @@ def main() -> None:
     hf = HFEngine(args.model, dtype="bfloat16")
     tok = hf.get_tokenizer()
     renderer = ChatRenderer(tok, stop_token=tok.eos_token)
-    env = make_env(EnvConfig())
+    env = make_env(env_config())
     prompts = {b: [renderer.prompt_ids(env.reset(seed)) for seed in range(b)] for b in BATCHES}
     results: dict[tuple[str, int], float] = {}
     for batch in BATCHES:

@@ -21,10 +21,9 @@ def main() -> None:
         print("no CUDA GPU here: nothing to check")
         return
     from actors.engines.vllm import VLLMEngine
-    from arl.config import EnvConfig
     from arl.episode import ChatRenderer
     from arl.types import SamplingParams
-    from envs.registry import make_env
+    from envs.registry import env_config, make_env
     from learner.model import load_model
 
     path = sys.argv[1] if len(sys.argv) > 1 else "cache:tiny-warmstart"
@@ -32,7 +31,7 @@ def main() -> None:
                         enforce_eager=False)
     tok = engine.get_tokenizer()
     renderer = ChatRenderer(tok, stop_token=tok.eos_token)
-    env = make_env(EnvConfig())
+    env = make_env(env_config())
     result: dict[str, float | bool] = {}
     for batch in (64, 256):
         prompts = [renderer.prompt_ids(env.reset(seed)) for seed in range(batch)]

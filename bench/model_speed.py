@@ -22,10 +22,9 @@ import time
 import torch
 
 from actors.engines.hf import HFEngine
-from arl.config import EnvConfig
 from arl.episode import ChatRenderer
 from arl.types import SamplingParams
-from envs.registry import make_env
+from envs.registry import env_config, make_env
 from learner.gguf import prepare_model
 from learner.model import load_model, token_logprobs
 
@@ -74,7 +73,7 @@ def main() -> None:
     path = prepare_model(args.model)
     _, tokenizer = load_model(path, "bfloat16")
     renderer = ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
-    env = make_env(EnvConfig())
+    env = make_env(env_config())
     prompts = [renderer.prompt_ids(env.reset(seed)) for seed in range(args.batch)]
     rate = generate_rate(path, prompts)
     print(f"generate: {rate:.0f} tokens/s at batch {args.batch} "

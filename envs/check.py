@@ -9,14 +9,17 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from arl.config import EnvConfig
+from arl.env_spec import EnvSpec
 from arl.protocols import Env
 from arl.types import (
     EnvReset,
     EnvStep,
     Message,
+    Outcome,
     ParsedTurn,
     ToolCall,
     ToolCallError,
@@ -37,10 +40,12 @@ def _require(ok: bool, what: str) -> None:
 
 
 def check_env(env_factory: Callable[[], Env], seeds: Iterable[int] = range(5),
-              max_steps: int = 200) -> None:
+              max_steps: int = 200, outcomes: Sequence[str] = ()) -> None:
     """Run every check on fresh envs from `env_factory`, for each seed; raise on the first
-    violation. `max_steps` bounds an episode played by a random player."""
+    violation. `max_steps` bounds an episode played by a random player; `outcomes`, if
+    given, are the only `Outcome.kind`s allowed (`EnvSpec.outcomes`)."""
     env = env_factory()
+    kinds = tuple(outcomes)
     for seed in seeds:
         first = env.reset(seed)
         _check_reset(first, f"seed {seed}: reset")
@@ -49,13 +54,13 @@ def check_env(env_factory: Callable[[], Env], seeds: Iterable[int] = range(5),
                  f"seed {seed}: reset differs between env instances")
         for name, turn in _odd_turns(first.tools[0]):
             env.reset(seed)
-            step = _step(env, turn, f"seed {seed}: step({name})")
+            step = _step(env, turn, f"seed {seed}: step({name})", kinds)
             if step.terminated or step.truncated:
                 _require_raises_after_end(env, f"seed {seed}: after step({name})")
-        turns, steps = _random_episode(env, seed, max_steps)
+        turns, steps = _random_episode(env, seed, max_steps, kinds)
         _require_raises_after_end(env, f"seed {seed}: after a random episode")
         env.reset(seed)
-        replay = [_step(env, turn, f"seed {seed}: replay") for turn in turns]
+        replay = [_step(env, turn, f"seed {seed}: replay", kinds) for turn in turns]
         _require(replay == steps,
                  f"seed {seed}: the same seed and turns gave a different episode")
 
@@ -100,7 +105,7 @@ def _check_tool(tool: Any, where: str) -> None:
         raise EnvCheckError(f"{where}: tool {tool.name} is not JSON-serialisable: {err}") from None
 
 
-def _step(env: Env, turn: ParsedTurn, where: str) -> EnvStep:
+def _step(env: Env, turn: ParsedTurn, where: str, outcomes: tuple[str, ...] = ()) -> EnvStep:
     try:
         step = env.step(turn)
     except Exception as err:  # noqa: BLE001 - any raise on a turn is a contract violation
@@ -111,7 +116,17 @@ def _step(env: Env, turn: ParsedTurn, where: str) -> EnvStep:
              f"{where}: reward {step.reward!r} is not a finite float")
     _require(isinstance(step.terminated, bool) and isinstance(step.truncated, bool),
              f"{where}: terminated/truncated must be bools")
-    _require(isinstance(step.info, dict), f"{where}: info must be a dict")
+    ended = step.terminated or step.truncated
+    _require(step.outcome is None or isinstance(step.outcome, Outcome),
+             f"{where}: outcome must be an arl.types.Outcome or None")
+    _require(not ended or step.outcome is not None,
+             f"{where}: the step that ends an episode must report its Outcome")
+    if step.outcome is not None:
+        _require(all(type(a) is int for a in step.outcome.actions),
+                 f"{where}: Outcome.actions must be ints")
+        _require(not outcomes or step.outcome.kind in outcomes,
+                 f"{where}: outcome kind {step.outcome.kind!r} is not one of the spec's "
+                 f"{list(outcomes)}")
     return step
 
 
@@ -147,14 +162,23 @@ def _odd_turns(tool: ToolSchema) -> list[tuple[str, ParsedTurn]]:
 def _random_arguments(tool: ToolSchema, rng: random.Random) -> dict[str, Any]:
     args: dict[str, Any] = {}
     for name, prop in tool.parameters["properties"].items():
-        if prop.get("type") == "integer":
+        if "enum" in prop:
+            args[name] = rng.choice(prop["enum"])
+        elif prop.get("type") == "integer":
             args[name] = rng.randint(prop.get("minimum", 0), prop.get("maximum", 9))
         else:
             args[name] = "x"
     return args
 
 
-def _random_episode(env: Env, seed: int, max_steps: int) -> tuple[list, list[EnvStep]]:
+def check_spec(spec: EnvSpec, cfg: EnvConfig, seeds: Iterable[int] = range(5),
+               max_steps: int = 200) -> None:
+    """check_env on the envs `spec` builds from `cfg`, allowing only the spec's outcomes."""
+    check_env(lambda: spec.make(cfg), seeds, max_steps, spec.outcomes)
+
+
+def _random_episode(env: Env, seed: int, max_steps: int,
+                    outcomes: tuple[str, ...]) -> tuple[list, list[EnvStep]]:
     """Play a random player (mostly in-range calls, some errors) until the episode ends."""
     rng = random.Random(seed)
     tool = env.reset(seed).tools[0]
@@ -167,7 +191,7 @@ def _random_episode(env: Env, seed: int, max_steps: int) -> tuple[list, list[Env
             turn: ParsedTurn = ToolCallError(rng.choice(kinds), "random player")
         else:
             turn = ToolCall(tool.name, _random_arguments(tool, rng))
-        step = _step(env, turn, f"seed {seed}: random episode step {len(steps)}")
+        step = _step(env, turn, f"seed {seed}: random episode step {len(steps)}", outcomes)
         turns.append(turn)
         steps.append(step)
         if step.terminated or step.truncated:

@@ -7,8 +7,8 @@ bottom row. The minimax opponent searches `cfg.search_depth` plies with alpha-be
 
 from __future__ import annotations
 
-from arl.config import EnvConfig
 from envs import connect_four_rules as rules
+from envs.config import ConnectFourConfig
 from envs.game_env import GameEnv, GameSpec, move_tool
 from envs.opponents import Opponent, opponent_for
 
@@ -35,6 +35,6 @@ SPEC = GameSpec(
 )
 
 
-def make_connect_four(cfg: EnvConfig, opponent: Opponent | None = None) -> GameEnv:
+def make_connect_four(cfg: ConnectFourConfig, opponent: Opponent | None = None) -> GameEnv:
     """A connect-four env; `opponent` overrides the one `cfg.opponent` names."""
     return GameEnv(SPEC, opponent_for(cfg, "connect_four", opponent), cfg)

@@ -11,16 +11,17 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from arl.config import EnvConfig
 from arl.types import (
     EnvReset,
     EnvStep,
     Message,
+    Outcome,
     ParsedTurn,
     ToolCallError,
     ToolCallErrorKind,
     ToolSchema,
 )
+from envs.config import FullGameConfig
 from envs.opponents import Opponent
 
 Board = tuple[str, ...]
@@ -88,7 +89,7 @@ def turn_state(board: Board, mark: str) -> str:
     return f"{''.join(board)}/{mark}"
 
 
-def position_prompt(spec: GameSpec, cfg: EnvConfig, board: Board, player: str,
+def position_prompt(spec: GameSpec, cfg: FullGameConfig, board: Board, player: str,
                     opening: str = "") -> EnvReset:
     """The opening prompt of a full game, for `player` to move on `board` (after `opening`,
     e.g. the opponent's first move): what the agent sees at the start of a game, and what a
@@ -112,12 +113,11 @@ class GameEnv:
     invalid_action="end" it ends the game; with "retry" the agent may retry that turn
     `max_retries` times, and the next invalid turn ends the game.
 
-    `info` on every step: `invalid` (this turn) and, if so, `error_kind`; on the final step
-    also `outcome` (win | draw | loss | invalid), `invalid_calls` and `<arg>s` (the agent's
-    moves, e.g. `squares`).
+    The final step's `Outcome`: kind and result win | draw | loss | invalid, and the agent's
+    moves as its actions.
     """
 
-    def __init__(self, spec: GameSpec, opponent: Opponent, cfg: EnvConfig):
+    def __init__(self, spec: GameSpec, opponent: Opponent, cfg: FullGameConfig):
         self.spec = spec
         self._opponent = opponent
         self._cfg = cfg
@@ -151,10 +151,10 @@ class GameEnv:
         move = read_move(turn, self.spec.tool, self.spec.arg, self.spec.num_moves)
         if isinstance(move, ToolCallError):
             reason = f"Invalid tool call ({move.kind.value}): {move.message.rstrip('.')}."
-            return replace(self._invalid(reason, move.kind.value), turn_state=state)
+            return replace(self._invalid(reason), turn_state=state)
         if move not in self.spec.legal_moves(self.board):
             return replace(self._invalid(f"Illegal move: {self.spec.arg} {move} "
-                                         f"{self.spec.taken}.", "illegal_move"), turn_state=state)
+                                         f"{self.spec.taken}."), turn_state=state)
         bonus = self._move_reward(move)
         result = self._play(move)
         return replace(result, reward=result.reward + bonus, turn_state=state)
@@ -163,8 +163,8 @@ class GameEnv:
         """The per-move reward of a legal move: reward_move_best if it keeps the game's
         minimax value, reward_move_blunder if it gives some up (both 0 by default: then only
         the game's end is rewarded)."""
-        cfg = self._cfg
-        if not (cfg.reward_move_best or cfg.reward_move_blunder) or self.spec.best_moves is None:
+        cfg = self._cfg  # a TicTacToeConfig where the game knows its minimax-best moves
+        if self.spec.best_moves is None or not (cfg.reward_move_best or cfg.reward_move_blunder):
             return 0.0
         best = self.spec.best_moves(self.board, self.agent)
         return cfg.reward_move_best if move in best else cfg.reward_move_blunder
@@ -185,7 +185,7 @@ class GameEnv:
         if not spec.legal_moves(self.board):
             return self._finish(text, "draw", self._cfg.reward_draw)
         reply = f"{text}\n{self._render()}\nYour move."
-        return EnvStep((Message("tool", reply),), 0.0, False, False, {"invalid": False})
+        return EnvStep((Message("tool", reply),), 0.0, False, False)
 
     def _render(self) -> str:
         return self.spec.render(self.board, self._cfg.board_format)
@@ -198,23 +198,19 @@ class GameEnv:
         self.board = self.spec.play(self.board, move, opponent_mark)
         return move
 
-    def _invalid(self, reason: str, error_kind: str) -> EnvStep:
+    def _invalid(self, reason: str) -> EnvStep:
         self._invalid_calls += 1
-        info = {"invalid": True, "error_kind": error_kind}
         if self._cfg.invalid_action == "retry" and self._retries_left > 0:
             self._retries_left -= 1
             left = self._retries_left
             text = f"{reason} Try again ({left} {'retry' if left == 1 else 'retries'} left)."
-            return EnvStep((Message("tool", text),), 0.0, False, False, info)
-        return self._finish(f"{reason} Game over.", "invalid", self._cfg.reward_invalid, info)
+            return EnvStep((Message("tool", text),), 0.0, False, False)
+        return self._finish(f"{reason} Game over.", "invalid", self._cfg.reward_invalid)
 
-    def _finish(self, text: str, outcome: str, reward: float,
-                info: dict | None = None) -> EnvStep:
+    def _finish(self, text: str, outcome: str, reward: float) -> EnvStep:
         self._done = True
         words = {"win": "You win.", "draw": "Draw.", "loss": "You lose."}
         if outcome != "invalid":
             text = f"{text}\n{self._render()}\n{words[outcome]}"
-        final = dict(info or {"invalid": False})
-        final.update(outcome=outcome, invalid_calls=self._invalid_calls)
-        final[f"{self.spec.arg}s"] = list(self._moves)
+        final = Outcome(outcome, outcome, tuple(self._moves))
         return EnvStep((Message("tool", text),), float(reward), True, False, final)

@@ -14,8 +14,8 @@ import random
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from arl.config import EnvConfig
 from envs import connect_four_rules, tictactoe_rules
+from envs.config import FullGameConfig
 
 Board = tuple[str, ...]
 MovesFn = Callable[[Board], tuple[int, ...]]
@@ -117,7 +117,7 @@ class PoolOpponent:
         return self.current.choose(board, player, rng)
 
 
-def make_opponent(cfg: EnvConfig, game: str, policy: Opponent | None = None) -> Opponent:
+def make_opponent(cfg: FullGameConfig, game: str, policy: Opponent | None = None) -> Opponent:
     """The opponent `cfg.opponent` names for `game` ("tictactoe" or "connect_four").
 
     "policy" (self-play) is the `policy` opponent the caller passes (a PolicyOpponent over a
@@ -135,7 +135,7 @@ def make_opponent(cfg: EnvConfig, game: str, policy: Opponent | None = None) -> 
     return _rule_opponent(cfg, game)
 
 
-def opponent_for(cfg: EnvConfig, game: str, given: Opponent | None) -> Opponent:
+def opponent_for(cfg: FullGameConfig, game: str, given: Opponent | None) -> Opponent:
     """The opponent a full-game env plays: `given` (a person, a policy snapshot) replaces
     the configured one, except in a pool, where it is the pool's "policy" member."""
     if given is not None and cfg.opponent != "pool":
@@ -143,7 +143,7 @@ def opponent_for(cfg: EnvConfig, game: str, given: Opponent | None) -> Opponent:
     return make_opponent(cfg, game, given)
 
 
-def _pool_member(cfg: EnvConfig, game: str, spec: str, policy: Opponent | None) -> Opponent:
+def _pool_member(cfg: FullGameConfig, game: str, spec: str, policy: Opponent | None) -> Opponent:
     """A pool entry: random | minimax | policy | eps:<p>."""
     if spec == "policy":
         return make_opponent(dataclasses.replace(cfg, opponent="policy"), game, policy)
@@ -153,7 +153,7 @@ def _pool_member(cfg: EnvConfig, game: str, spec: str, policy: Opponent | None) 
     return _rule_opponent(dataclasses.replace(cfg, opponent=spec), game)
 
 
-def _rule_opponent(cfg: EnvConfig, game: str) -> Opponent:
+def _rule_opponent(cfg: FullGameConfig, game: str) -> Opponent:
     """random, minimax or eps_minimax for `game`."""
     if game == "tictactoe":
         rules = tictactoe_rules
@@ -173,3 +173,37 @@ def _rule_opponent(cfg: EnvConfig, game: str) -> Opponent:
     if cfg.opponent == "eps_minimax":
         return EpsMinimaxOpponent(cfg.opponent_epsilon, legal, best, wins)
     raise ValueError(f"unknown opponent {cfg.opponent!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OpponentChoice:
+    """An `eval.opponents` / `arl eval --opponent` spelling as env config values."""
+
+    name: str  # random | minimax | eps_minimax
+    epsilon: float = 0.0
+
+
+def parse_opponent(spec: str) -> OpponentChoice:
+    """"minimax" | "random" | "eps:<p>" (minimax, but a random move with chance p)."""
+    if spec in ("minimax", "random"):
+        return OpponentChoice(spec)
+    if spec.startswith("eps:"):
+        try:
+            epsilon = float(spec[4:])
+        except ValueError:
+            epsilon = -1.0
+        if 0.0 <= epsilon <= 1.0:
+            return OpponentChoice("eps_minimax", epsilon)
+    raise ValueError(f"opponent must be minimax, random or eps:<p> with 0 <= p <= 1; "
+                     f"got {spec!r}")
+
+
+def opponent_schedule(env: FullGameConfig, step: int) -> FullGameConfig:
+    """`env` with the eps_minimax curriculum applied at `step` (the version being played):
+    epsilon falls linearly from `epsilon_start` to `opponent_epsilon` over
+    `epsilon_decay_steps`, then stays."""
+    if env.epsilon_start < 0:
+        return env
+    done = min(1.0, step / env.epsilon_decay_steps) if env.epsilon_decay_steps else 1.0
+    eps = env.epsilon_start + (env.opponent_epsilon - env.epsilon_start) * done
+    return dataclasses.replace(env, opponent_epsilon=eps)

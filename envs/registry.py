@@ -1,47 +1,148 @@
-"""The env registry: the env `env.name` names, built from its config."""
+"""arl's own envs as `EnvSpec`s. pyproject.toml registers each under the `arl.envs` entry
+point group, the way any installed package registers its envs; `default` is the demo's.
+
+Each spec's `check` holds the config rules that tie the game's keys to each other or to
+other sections (run by `arl.config.load_config`, before Ray starts).
+"""
 
 from __future__ import annotations
 
-from arl.config import EnvConfig
+import dataclasses
+
+from arl.config import Config, ConfigError
+from arl.env_spec import EnvContext, EnvSpec
 from arl.protocols import Env
-from arl.schema import ENV_NAMES
-from envs.connect_four import SPEC as CONNECT_FOUR
+from envs.config import ConnectFourConfig, FullGameConfig, MoveTaskConfig, TicTacToeConfig
+from envs.connect_four import SPEC as CONNECT_FOUR_RULES
 from envs.connect_four import make_connect_four
 from envs.game_env import GameSpec
-from envs.opponents import Opponent
-from envs.tictactoe import SPEC as TICTACTOE
+from envs.opponents import opponent_schedule, parse_opponent
+from envs.tictactoe import SPEC as TICTACTOE_RULES
 from envs.tictactoe import make_tictactoe
-from envs.tictactoe_move import TicTacToeMoveEnv
+from envs.tictactoe_move import OUTCOMES as MOVE_OUTCOMES
+from envs.tictactoe_move import TicTacToeMoveEnv, position_env
 
-# The `outcome` values each env reports on an episode's last step.
-OUTCOME_KINDS = {
-    "tictactoe_move": ("invalid_call", "illegal_move", "legal", "best", "win"),
-    "tictactoe": ("win", "draw", "loss", "invalid"),
-    "connect_four": ("win", "draw", "loss", "invalid"),
-}
+GAME_OUTCOMES = ("win", "draw", "loss", "invalid")
+GAME_RULES = {"tictactoe": TICTACTOE_RULES, "connect_four": CONNECT_FOUR_RULES}
 
 
 def game_spec(name: str) -> GameSpec:
     """The rules of the full-game env `name` (tictactoe | connect_four)."""
-    specs = {"tictactoe": TICTACTOE, "connect_four": CONNECT_FOUR}
-    if name not in specs:
-        raise ValueError(f"{name!r} is not a full-game env; choose from {sorted(specs)}")
-    return specs[name]
+    if name not in GAME_RULES:
+        raise ValueError(f"{name!r} is not a full-game env; choose from {sorted(GAME_RULES)}")
+    return GAME_RULES[name]
 
 
-def make_env(cfg: EnvConfig, opponent: Opponent | None = None, variant: int = 0) -> Env:
-    """The env `cfg.name` names, built from its config.
+def _check_full_game(env: FullGameConfig, cfg: Config) -> None:
+    for i, member in enumerate(env.opponent_pool):
+        if member != "policy":
+            try:
+                parse_opponent(member)
+            except ValueError:
+                raise ConfigError(f"env.opponent_pool.{i}", f"{member!r}: must be random, "
+                                  "minimax, policy or eps:<p> with 0 <= p <= 1") from None
+    if env.epsilon_start > 1:
+        raise ConfigError("env.epsilon_start", "must be in [0, 1] (or < 0: off)")
 
-    `opponent` replaces the configured opponent of the full games (it is required when
-    cfg.opponent == "policy", e.g. an `envs.opponents.PolicyOpponent` for self-play) and is
-    ignored by tictactoe_move, which has no opponent. `variant` is the episode's index in
-    its group, for envs whose groups play equivalent variants of one start state
-    (tictactoe_move with `group_symmetries`); others ignore it.
-    """
-    if cfg.name == "tictactoe_move":
-        return TicTacToeMoveEnv(cfg, variant)
-    if cfg.name == "tictactoe":
-        return make_tictactoe(cfg, opponent)
-    if cfg.name == "connect_four":
-        return make_connect_four(cfg, opponent)
-    raise ValueError(f"unknown env {cfg.name!r}; choose from {list(ENV_NAMES)}")
+
+def _check_tictactoe(env: TicTacToeConfig, cfg: Config) -> None:
+    """_check_full_game, and per-move penalties must leave an invalid call the worst
+    episode: where one blunder and a loss cost more than an invalid call, ending the game
+    at once is the cheapest way out, and a run learns exactly that (measured: all calls
+    invalid within 6 steps)."""
+    _check_full_game(env, cfg)
+    blunder = env.reward_move_blunder
+    played = env.reward_loss + blunder  # a lost game with one blunder
+    quits = env.invalid_action == "end"  # with retries an invalid call does not end the game
+    if quits and blunder < 0 and env.reward_invalid >= played:
+        raise ConfigError("env.reward_invalid", f"{env.reward_invalid} does not cost more than "
+                          f"a lost game with one blunder ({played}): set it below that, or "
+                          "make env.reward_move_blunder or env.reward_loss milder")
+
+
+def _self_play(name: str):
+    """self_play of a full game: its rules where a snapshot of the policy is an opponent."""
+    def rules(env: FullGameConfig) -> GameSpec | None:
+        plays = env.opponent == "policy" or (env.opponent == "pool"
+                                             and "policy" in env.opponent_pool)
+        return GAME_RULES[name] if plays else None
+    return rules
+
+
+def _game_against(name: str):
+    """eval_game of a full game: the same game and board format, the given opponent."""
+    def eval_game(env: FullGameConfig, opponent: str, seat: str) -> tuple[str, FullGameConfig]:
+        choice = parse_opponent(opponent)
+        return name, dataclasses.replace(env, name=name, opponent=choice.name,
+                                         opponent_epsilon=choice.epsilon, seat=seat)
+    return eval_game
+
+
+def _move_task_game(env: MoveTaskConfig, opponent: str, seat: str) -> tuple[str, FullGameConfig]:
+    """The one-move task is evaluated in full tic-tac-toe games with its board format."""
+    choice = parse_opponent(opponent)
+    return "tictactoe", TicTacToeConfig(name="tictactoe", opponent=choice.name,
+                                        opponent_epsilon=choice.epsilon, seat=seat,
+                                        board_format=env.board_format,
+                                        reward_invalid=env.reward_invalid,
+                                        reward_win=env.reward_win)
+
+
+def _position_of(env: MoveTaskConfig | TicTacToeConfig, row: dict) -> tuple[Env, tuple[int, ...]]:
+    """Positions are one-move tic-tac-toe tasks in the run's board format."""
+    task = MoveTaskConfig(name="tictactoe_move", board_format=env.board_format,
+                          reward_invalid=env.reward_invalid)
+    return position_env(task, row)
+
+
+TICTACTOE_MOVE = EnvSpec(
+    name="tictactoe_move",
+    factory=lambda cfg, ctx: TicTacToeMoveEnv(cfg, ctx.variant),
+    config=MoveTaskConfig,
+    outcomes=MOVE_OUTCOMES,
+    max_turns=1,
+    action="square",
+    eval_game=_move_task_game,
+    position=_position_of,
+)
+
+TICTACTOE = EnvSpec(
+    name="tictactoe",
+    factory=lambda cfg, ctx: make_tictactoe(cfg, ctx.opponent),
+    config=TicTacToeConfig,
+    outcomes=GAME_OUTCOMES,
+    max_turns=9,
+    action="square",
+    check=_check_tictactoe,
+    self_play=_self_play("tictactoe"),
+    schedule=opponent_schedule,
+    eval_game=_game_against("tictactoe"),
+    position=_position_of,
+)
+
+CONNECT_FOUR = EnvSpec(
+    name="connect_four",
+    factory=lambda cfg, ctx: make_connect_four(cfg, ctx.opponent),
+    config=ConnectFourConfig,
+    outcomes=GAME_OUTCOMES,
+    max_turns=24,
+    action="column",
+    check=_check_full_game,
+    self_play=_self_play("connect_four"),
+    schedule=opponent_schedule,
+    eval_game=_game_against("connect_four"),
+)
+
+
+def env_config(name: str = "tictactoe_move", **values: object):
+    """The config of arl's env `name` with `values` set, the rest at their defaults."""
+    spec = {s.name: s for s in (TICTACTOE_MOVE, TICTACTOE, CONNECT_FOUR)}[name]
+    return spec.config(name=name, **values)
+
+
+def make_env(cfg, opponent=None, variant: int = 0) -> Env:
+    """An env of any registered spec for `cfg` (by `cfg.name`), with an optional
+    `opponent` (self-play) and the episode's `variant` (see `arl.env_spec.EnvContext`)."""
+    from arl.env_spec import resolve_env
+
+    return resolve_env(cfg.name).make(cfg, EnvContext(variant, opponent))

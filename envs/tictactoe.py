@@ -6,8 +6,8 @@ board shows each empty square's number.
 
 from __future__ import annotations
 
-from arl.config import EnvConfig
 from envs import tictactoe_rules as rules
+from envs.config import TicTacToeConfig
 from envs.game_env import GameEnv, GameSpec, move_tool
 from envs.opponents import Opponent, opponent_for
 
@@ -34,6 +34,6 @@ SPEC = GameSpec(
 )
 
 
-def make_tictactoe(cfg: EnvConfig, opponent: Opponent | None = None) -> GameEnv:
+def make_tictactoe(cfg: TicTacToeConfig, opponent: Opponent | None = None) -> GameEnv:
     """A tic-tac-toe env; `opponent` overrides the one `cfg.opponent` names."""
     return GameEnv(SPEC, opponent_for(cfg, "tictactoe", opponent), cfg)

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import random
 
-from arl.config import EnvConfig
-from arl.types import EnvReset, EnvStep, Message, ParsedTurn, ToolCallError
+from arl.types import EnvReset, EnvStep, Message, Outcome, ParsedTurn, ToolCallError
 from envs import tictactoe_rules as rules
+from envs.config import MoveTaskConfig
 from envs.game_env import read_move, turn_state
 from envs.tictactoe import CHOOSE_SQUARE
 
+OUTCOMES = ("invalid_call", "illegal_move", "legal", "best", "win")
+RESULTS = {"invalid_call": "invalid", "illegal_move": "invalid", "win": "win"}  # else None
 MIN_OPENING_MOVES = 2
 MAX_OPENING_MOVES = 7
 
@@ -54,7 +56,7 @@ def move_outcome(board: rules.Board, agent: str, square: int) -> str:
     return "legal"
 
 
-def outcome_reward(outcome: str, cfg: EnvConfig) -> float:
+def outcome_reward(outcome: str, cfg: MoveTaskConfig) -> float:
     """The reward-table entry of an outcome (see the module docstring)."""
     return float({
         "invalid_call": cfg.reward_invalid,
@@ -68,12 +70,12 @@ def outcome_reward(outcome: str, cfg: EnvConfig) -> float:
 class TicTacToeMoveEnv:
     """One scored move on a random mid-game board; implements `arl.protocols.Env`.
 
-    `info` of the step: `outcome` (invalid_call | illegal_move | legal | best | win),
-    `square` (the square named, None for an invalid call), `invalid` (bool), and for an
-    invalid call `error_kind` (a ToolCallErrorKind value).
+    The step's `Outcome`: kind invalid_call | illegal_move | legal | best | win (OUTCOMES),
+    result invalid for the first two and win for a win, and the square named as its action
+    (none for an invalid call).
     """
 
-    def __init__(self, cfg: EnvConfig, variant: int = 0):
+    def __init__(self, cfg: MoveTaskConfig, variant: int = 0):
         """`variant`: with `cfg.group_symmetries`, which of the board's 8 symmetries this
         env shows (the episode's index in its group); ignored otherwise."""
         self._cfg = cfg
@@ -109,19 +111,19 @@ class TicTacToeMoveEnv:
         if self._done:
             raise RuntimeError("step() after the episode ended; call reset()")
         self._done = True
-        outcome, square, text, extra = self._score(turn)
+        outcome, square, text = self._score(turn)
         reward = outcome_reward(outcome, self._cfg)
-        info = {"outcome": outcome, "square": square,
-                "invalid": outcome in ("invalid_call", "illegal_move"), **extra}
-        return EnvStep((Message("tool", text),), reward, True, False, info,
+        result = RESULTS.get(outcome)
+        final = Outcome(outcome, result, () if square is None else (square,))
+        return EnvStep((Message("tool", text),), reward, True, False, final,
                        turn_state=turn_state(self.board, self.agent))
 
-    def _score(self, turn: ParsedTurn) -> tuple[str, int | None, str, dict[str, str]]:
-        """(outcome, square, reply text, extra info) of the turn on the current board."""
+    def _score(self, turn: ParsedTurn) -> tuple[str, int | None, str]:
+        """(outcome, square, reply text) of the turn on the current board."""
         move = read_move(turn, CHOOSE_SQUARE, "square", 9)
         if isinstance(move, ToolCallError):
             text = f"Invalid tool call ({move.kind.value}): {move.message.rstrip('.')}."
-            return "invalid_call", None, text, {"error_kind": move.kind.value}
+            return "invalid_call", None, text
         outcome = move_outcome(self.board, self.agent, move)
         text = {
             "illegal_move": f"Illegal move: square {move} is taken.",
@@ -129,14 +131,14 @@ class TicTacToeMoveEnv:
             "best": f"You played square {move}: a best move.",
             "legal": f"You played square {move}: legal, but not the best.",
         }[outcome]
-        return outcome, move, text, {}
+        return outcome, move, text
 
 
 class PositionEnv(TicTacToeMoveEnv):
     """TicTacToeMoveEnv on one given position instead of a random one (for evaluation):
     every reset starts from `board` with `agent` to move; the seed is ignored."""
 
-    def __init__(self, cfg: EnvConfig, board: rules.Board, agent: str):
+    def __init__(self, cfg: MoveTaskConfig, board: rules.Board, agent: str):
         if len(board) != 9 or set(board) - {*rules.MARKS, rules.EMPTY} or agent not in rules.MARKS:
             raise ValueError(f"not a tic-tac-toe position: {board!r} with {agent!r} to move")
         if rules.is_terminal(board):
@@ -146,3 +148,22 @@ class PositionEnv(TicTacToeMoveEnv):
 
     def reset(self, seed: int) -> EnvReset:
         return self._start(*self._position)
+
+
+def position_env(cfg: MoveTaskConfig, row: dict) -> tuple[PositionEnv, tuple[int, ...]]:
+    """The env of one positions-file row, and its good moves. A row is
+    `{"board": "X.O......", "to_move": "X", "good_moves": [3, 5]}`: 9 cells row by row (`X`,
+    `O`, `.` for empty), squares numbered 1-9 row by row, every good move an empty square.
+    Raises ValueError (KeyError, TypeError) for a malformed row."""
+    board, to_move, good = row["board"], row["to_move"], row["good_moves"]
+    if not isinstance(board, str) or len(board) != 9 or set(board) - set("XO."):
+        raise ValueError(f"board must be 9 of X, O, '.'; got {board!r}")
+    if to_move not in ("X", "O"):
+        raise ValueError(f"to_move must be X or O; got {to_move!r}")
+    if (not isinstance(good, list) or not good
+            or not all(type(m) is int and 1 <= m <= 9 for m in good)):
+        raise ValueError(f"good_moves must be a non-empty list of squares 1-9; got {good!r}")
+    taken = [m for m in good if board[m - 1] != "."]
+    if taken:
+        raise ValueError(f"good_moves {taken} are not empty squares of {board!r}")
+    return PositionEnv(cfg, tuple(board), to_move), tuple(good)

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from arl.config import EnvConfig
+from envs.registry import env_config
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -43,7 +43,7 @@ def warm_model_dir(tmp_path_factory, tiny_model_dir) -> str:
 
     path = str(tmp_path_factory.mktemp("models") / "tiny-warm")
     model, tokenizer = load_model(tiny_model_dir, dtype="bfloat16")
-    demos = warmstart_examples(EnvConfig(), 384, seed=0, malformed_fraction=0.2,
+    demos = warmstart_examples(env_config(), 384, seed=0, malformed_fraction=0.2,
                                illegal_fraction=0.3)
     examples = [(d.reset.messages, d.reset.tools, d.target) for d in demos]
     supervised_finetune(model, tokenizer, examples, epochs=2, lr=1e-2, batch_size=16, seed=0)

@@ -7,7 +7,6 @@ normal HF model directory, cached: a second call with the same settings does not
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -15,7 +14,10 @@ import time
 
 from arl.config import Config, to_dict
 from arl.dtypes import resolve as resolve_dtype
+from arl.errors import UserError
 from arl.model_path import local_path
+from envs.config import MoveTaskConfig
+from envs.registry import env_config
 
 STAMP_FILE = "warmstart.json"
 EVAL_EPISODES = 500
@@ -68,8 +70,11 @@ def warmstart(cfg: Config, force: bool = False) -> dict[str, object]:
     set_torch_threads(os.cpu_count() or 1)
     compute = resolve_dtype(ws.compute_dtype)
     start = time.perf_counter()
-    env_cfg = dataclasses.replace(cfg.env, name=ws.env)
-    game_cfg = dataclasses.replace(cfg.env, name="tictactoe", opponent="random")
+    env_cfg = cfg.env if ws.env in ("", cfg.env.name) else env_config(ws.env)
+    if not isinstance(env_cfg, MoveTaskConfig):
+        raise UserError(f"warmstart: transcripts exist for tictactoe_move only, not "
+                        f"{env_cfg.name!r} (set env.name or warmstart.env)")
+    game_cfg = env_config("tictactoe", opponent="random", board_format=env_cfg.board_format)
     n_game = round(ws.examples * ws.game_fraction)
     moves = warmstart_examples(env_cfg, ws.examples - n_game, cfg.seed, ws.malformed_fraction,
                                ws.illegal_fraction)

@@ -19,13 +19,13 @@ import json
 import random
 from dataclasses import dataclass
 
-from arl.config import EnvConfig
 from arl.protocols import Env
 from arl.tools import format_tool_call, parse_tool_call
 from arl.types import EnvReset, Message, ParsedTurn, ToolCall
 from envs import tictactoe_rules as rules
+from envs.config import MoveTaskConfig, TicTacToeConfig
 from envs.game_env import GameEnv
-from envs.registry import make_env
+from envs.registry import env_config, make_env
 from envs.tictactoe import make_tictactoe
 from envs.tictactoe_move import TicTacToeMoveEnv
 
@@ -44,7 +44,7 @@ class Demo:
     kind: str  # one of KINDS
 
 
-def warmstart_examples(cfg: EnvConfig, n: int, seed: int, malformed_fraction: float,
+def warmstart_examples(cfg: MoveTaskConfig, n: int, seed: int, malformed_fraction: float,
                        illegal_fraction: float) -> list[Demo]:
     """`n` tictactoe_move demos, deterministic in `seed`.
 
@@ -71,7 +71,7 @@ def warmstart_examples(cfg: EnvConfig, n: int, seed: int, malformed_fraction: fl
     return demos
 
 
-def game_examples(cfg: EnvConfig, n: int, seed: int, malformed_fraction: float) -> list[Demo]:
+def game_examples(cfg: TicTacToeConfig, n: int, seed: int, malformed_fraction: float) -> list[Demo]:
     """`n` demos from full tictactoe games, deterministic in `seed`: a game (with the env's
     opponent; `cfg.name` must be "tictactoe") is played with uniformly random legal calls for a
     uniformly random number of turns, and the demo's prompt is the conversation so far.
@@ -151,11 +151,12 @@ def corpus_texts(episodes: int = 60, seed: int = 0) -> list[str]:
     invalid_action="end" and half "retry"; repeats are kept so frequencies stay representative.
     """
     rng = random.Random(seed)
-    texts = [d.target for d in warmstart_examples(EnvConfig(), episodes, seed, 0.5, 0.2)]
+    texts = [d.target for d in warmstart_examples(env_config(), episodes, seed, 0.5, 0.2)]
     for name in ("tictactoe_move", "tictactoe", "connect_four"):
         for i in range(episodes):
             action = ("end", "retry")[i % 2]
-            cfg = EnvConfig(name=name, opponent="random", invalid_action=action)
+            game = {"opponent": "random", "invalid_action": action}
+            cfg = env_config(name, **(game if name != "tictactoe_move" else {}))
             env = make_env(cfg)
             reset = env.reset(rng.randrange(2**31))
             texts += [m.content for m in reset.messages]

@@ -9,7 +9,6 @@ import pytest
 
 from actors.evaluate import play_games, score_positions
 from app.cli import main
-from arl.config import EnvConfig
 from arl.evaluation import (
     Position,
     Rate,
@@ -19,6 +18,7 @@ from arl.evaluation import (
 )
 from arl.types import SamplingParams
 from envs import tictactoe_rules as rules
+from envs.registry import env_config
 from tests.builders import ScriptedEngine
 
 GREEDY = SamplingParams(0.0, 1.0, 48, 0)
@@ -45,19 +45,19 @@ def test_wilson_interval_matches_known_values():
 
 def test_perfect_play_draws_every_game_against_minimax(tokenizer):
     engine = ScriptedEngine(tokenizer, _best)
-    rates = play_games(engine, EnvConfig(name="tictactoe", opponent="minimax"), 10, 2, GREEDY)
+    rates = play_games(engine, env_config(name="tictactoe", opponent="minimax"), 10, 2, GREEDY)
     assert rates["draw"] == Rate(20, 20)
     assert rates["win"] == rates["loss"] == rates["illegal"] == Rate(0, 20)
     assert rates["draw"].as_dict()["ci95"] == [0.8389, 1.0]
 
 
 def test_perfect_play_never_loses_to_random_and_malformed_calls_are_illegal(tokenizer):
-    rates = play_games(ScriptedEngine(tokenizer, _best), EnvConfig(name="tictactoe",
+    rates = play_games(ScriptedEngine(tokenizer, _best), env_config(name="tictactoe",
                        opponent="random"), 30, 1, GREEDY)
     assert rates["loss"].count == 0 and rates["win"].count > 10
     assert sum(r.count for r in rates.values()) == 30
     rates = play_games(ScriptedEngine(tokenizer, lambda b, a: None),
-                       EnvConfig(name="tictactoe", opponent=parse_opponent("eps:0.3").name),
+                       env_config(name="tictactoe", opponent=parse_opponent("eps:0.3").name),
                        6, 1, GREEDY)
     assert rates["illegal"] == Rate(6, 6)
 

@@ -8,13 +8,12 @@ import random
 import numpy as np
 
 from actors.snapshot_policy import SnapshotPolicy
-from arl.config import EnvConfig
 from envs import tictactoe_rules as rules
-from envs.registry import game_spec
+from envs.registry import env_config, game_spec
 
 
 def test_the_snapshot_plays_legal_moves_reproducibly(warm_model_dir):
-    cfg = EnvConfig(name="tictactoe", opponent="policy")
+    cfg = env_config(name="tictactoe", opponent="policy")
     policy = SnapshotPolicy(warm_model_dir, game_spec("tictactoe"), cfg, temperature=1.0)
     board = tuple("X...O....")
     moves = [policy(board, "X", random.Random(s)) for s in range(30)]
@@ -27,7 +26,7 @@ def test_the_snapshot_plays_legal_moves_reproducibly(warm_model_dir):
 
 
 def test_a_refresh_loads_new_weights_and_forgets_old_scores(warm_model_dir):
-    cfg = EnvConfig(name="tictactoe", opponent="policy")
+    cfg = env_config(name="tictactoe", opponent="policy")
     policy = SnapshotPolicy(warm_model_dir, game_spec("tictactoe"), cfg, temperature=1.0)
     board = tuple("XO.......")
     before = policy._score(board, "X")

@@ -18,11 +18,10 @@ pytestmark = pytest.mark.vllm
 
 from actors.engines.hf import HFEngine  # noqa: E402
 from actors.engines.vllm import VLLMEngine  # noqa: E402
-from arl.config import EnvConfig  # noqa: E402
 from arl.episode import ChatRenderer  # noqa: E402
 from arl.protocols import RolloutEngine  # noqa: E402
 from arl.types import SamplingParams  # noqa: E402
-from envs.registry import make_env  # noqa: E402
+from envs.registry import env_config, make_env  # noqa: E402
 from learner.model import load_model, token_logprobs  # noqa: E402
 
 LOGPROB_ATOL = 2e-3
@@ -40,7 +39,7 @@ def _prompts(model_dir: str, n: int = 32) -> list[list[int]]:
     """Real tic-tac-toe prompts from n different boards."""
     hf = HFEngine(model_dir, dtype="float32")
     renderer = ChatRenderer(hf.get_tokenizer(), stop_token="<|im_end|>")
-    env = make_env(EnvConfig())
+    env = make_env(env_config())
     return [renderer.prompt_ids(env.reset(seed)) for seed in range(n)]
 
 

@@ -56,12 +56,11 @@ def test_tampered_model_file_in_a_checkpoint_is_refused(run_dir, tmp_path):
 
 def _greedy_squares(engine, n: int = 20) -> list:
     from actors.evaluate import _renderer
-    from arl.config import EnvConfig
     from arl.episode import run_episodes
     from arl.types import SamplingParams
-    from envs.registry import make_env
+    from envs.registry import env_config, make_env
 
-    starts = [(make_env(EnvConfig()), 500 + i, i) for i in range(n)]
+    starts = [(make_env(env_config()), 500 + i, i) for i in range(n)]
     played = run_episodes(engine, _renderer(engine), starts, SamplingParams(0.0, 1.0, 32, 0), 1)
     return [(t.info.get("outcome"), t.info.get("square")) for t in played]
 

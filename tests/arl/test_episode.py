@@ -8,12 +8,11 @@ import numpy as np
 import pytest
 
 from actors.engines.hf import HFEngine
-from arl.config import EnvConfig
 from arl.episode import ChatRenderer, parse_turn, run_episodes
 from arl.types import Message, SamplingParams
-from envs.registry import make_env
+from envs.registry import env_config, make_env
 
-RETRY_GAME = EnvConfig(name="tictactoe", opponent="random", invalid_action="retry", max_retries=2)
+RETRY_GAME = env_config(name="tictactoe", opponent="random", invalid_action="retry", max_retries=2)
 
 
 class RecordingEngine:
@@ -108,10 +107,10 @@ def test_trajectory_decodes_to_the_rendered_conversation(warm_model_dir):
 
 
 def test_cut_off_turn_is_never_a_move(warm_model_dir):
-    _, _, trajs = _play(warm_model_dir, EnvConfig(), range(8), max_new_tokens=2)
+    _, _, trajs = _play(warm_model_dir, env_config(), range(8), max_new_tokens=2)
     for t in trajs:
         assert t.reward == -1.0 and t.num_invalid_calls == 1
-        assert t.info["error_kind"] == "truncated"
+        assert t.outcome.kind == "invalid_call" and "(truncated)" in t.messages[-1].content
 
 
 def test_same_seed_same_batch(warm_model_dir):
@@ -194,13 +193,13 @@ def test_non_finite_rewards_and_logprobs_fail_their_episode(warm_model_dir):
 
 def test_every_turn_is_recorded_with_its_span_reward_and_state(warm_model_dir):
     from actors.engines.hf import HFEngine
-    from arl.config import EnvConfig
     from arl.episode import ChatRenderer, run_episodes
     from arl.types import SamplingParams
+    from envs.registry import env_config
 
     engine = HFEngine(warm_model_dir, dtype="float32")
     renderer = ChatRenderer(engine.get_tokenizer(), engine.get_tokenizer().eos_token)
-    cfg = EnvConfig(name="tictactoe", opponent="random", invalid_action="retry",
+    cfg = env_config(name="tictactoe", opponent="random", invalid_action="retry",
                     reward_move_best=0.1)
     starts = [(make_env(cfg), 7, 0), (make_env(cfg), 8, 1)]
     for traj in run_episodes(engine, renderer, starts, SamplingParams(1.0, 1.0, 24, 3), 5):

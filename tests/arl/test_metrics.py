@@ -10,7 +10,7 @@ import numpy as np
 from app.train import train
 from arl.config import load_config
 from arl.metrics import action_histogram, rollout_metrics
-from arl.types import EpisodeSummary
+from arl.types import EpisodeSummary, Outcome
 
 REQUIRED = (
     # the rollout signals
@@ -29,8 +29,13 @@ REQUIRED = (
 )
 
 
+RESULTS = {"win": "win", "invalid_call": "invalid", "illegal_move": "invalid"}
+
+
 def _summary(square, outcome, reward=0.0):
-    return EpisodeSummary(reward, 0, 0, 5, 1, 1, 0, info={"square": square, "outcome": outcome})
+    actions = () if square is None else (square,)
+    return EpisodeSummary(reward, 0, 0, 5, 1, 1, 0,
+                          outcome=Outcome(outcome, RESULTS.get(outcome), actions))
 
 
 def test_outcome_rates_and_action_histogram_count_what_happened():

@@ -4,20 +4,19 @@ import itertools
 
 import pytest
 
-from arl.config import EnvConfig
 from arl.types import EnvStep, Message
 from envs import connect_four_rules, tictactoe_rules
 from envs.check import EnvCheckError, check_env
 from envs.opponents import PolicyOpponent
-from envs.registry import make_env
+from envs.registry import env_config, make_env
 
 OPPONENTS = ("random", "minimax", "eps_minimax", "policy")
 
 
-def _factory(cfg: EnvConfig):
+def _factory(cfg):
     def build():
         opponent = None
-        if cfg.opponent == "policy":  # a stand-in "model": the highest legal move
+        if getattr(cfg, "opponent", None) == "policy":  # a stand-in "model": the highest legal move
             rules = tictactoe_rules if cfg.name == "tictactoe" else connect_four_rules
             legal = rules.legal_moves
             opponent = PolicyOpponent(lambda board, player, rng: legal(board)[-1], legal)
@@ -26,13 +25,14 @@ def _factory(cfg: EnvConfig):
 
 
 def test_tictactoe_move_passes():
-    check_env(_factory(EnvConfig(name="tictactoe_move")), seeds=range(10))
+    check_env(_factory(env_config(name="tictactoe_move")), seeds=range(10))
 
 
 @pytest.mark.parametrize("name, opponent, action", list(itertools.product(
     ("tictactoe", "connect_four"), OPPONENTS, ("end", "retry"))))
 def test_full_games_pass(name, opponent, action):
-    cfg = EnvConfig(name=name, opponent=opponent, invalid_action=action, search_depth=2)
+    depth = {"search_depth": 2} if name == "connect_four" else {}
+    cfg = env_config(name=name, opponent=opponent, invalid_action=action, **depth)
     check_env(_factory(cfg), seeds=range(3))
 
 
@@ -40,7 +40,7 @@ class _Broken:
     """tictactoe_move with one injected defect."""
 
     def __init__(self, defect: str):
-        self.env, self.defect, self.calls = make_env(EnvConfig()), defect, 0
+        self.env, self.defect, self.calls = make_env(env_config()), defect, 0
 
     def reset(self, seed):
         self.calls += 1

@@ -2,12 +2,11 @@
 
 import pytest
 
-from arl.config import EnvConfig
 from arl.types import ToolCall
 from envs import connect_four_rules as rules
 from envs.connect_four_rules import COLS, EMPTY_BOARD, ROWS
 from envs.opponents import PolicyOpponent
-from envs.registry import make_env
+from envs.registry import env_config, make_env
 
 
 def _drops(*moves: tuple[int, str]) -> rules.Board:
@@ -74,7 +73,7 @@ def test_minimax_blocks_an_immediate_loss(depth):
 
 
 def test_env_full_game_against_minimax_and_rewards():
-    cfg = EnvConfig(name="connect_four", opponent="minimax", search_depth=2)
+    cfg = env_config(name="connect_four", opponent="minimax", search_depth=2)
     env = make_env(cfg)
     reset = env.reset(0)
     assert [t.name for t in reset.tools] == ["drop_piece"]
@@ -82,18 +81,18 @@ def test_env_full_game_against_minimax_and_rewards():
     step = None
     while step is None or not step.terminated:  # always column 1, then the lowest open one
         step = env.step(ToolCall("drop_piece", {"column": rules.legal_moves(env.board)[0]}))
-    assert step.info["outcome"] == "loss" and step.reward == -1.0
-    assert step.info["columns"][0] == 1 and step.info["invalid_calls"] == 0
+    assert step.outcome.kind == "loss" and step.reward == -1.0
+    assert step.outcome.actions[0] == 1
 
 
 def test_env_refuses_a_full_column():
-    cfg = EnvConfig(name="connect_four", opponent="random", invalid_action="retry")
+    cfg = env_config(name="connect_four", opponent="random", invalid_action="retry")
     env = make_env(cfg)
     env.reset(0)
     while 1 in rules.legal_moves(env.board):
         env.step(ToolCall("drop_piece", {"column": 1}))
     step = env.step(ToolCall("drop_piece", {"column": 1}))
-    assert step.info["error_kind"] == "illegal_move" and not step.terminated
+    assert step.outcome is None and not step.terminated
     assert step.messages[0].content.startswith("Illegal move: column 1 is full.")
 
 
@@ -102,7 +101,7 @@ def test_env_win_as_either_mark():
         return (1, 2, 3, 5)[sum(cell == player for cell in board)]
 
     opponent = PolicyOpponent(spread_out, rules.legal_moves)
-    cfg = EnvConfig(name="connect_four", opponent="policy")
+    cfg = env_config(name="connect_four", opponent="policy")
     env = make_env(cfg, opponent)
     agents = set()
     for seed in range(4):
@@ -110,6 +109,6 @@ def test_env_win_as_either_mark():
         agents.add(env.agent)
         steps = [env.step(ToolCall("drop_piece", {"column": 4})) for _ in range(4)]
         assert [s.terminated for s in steps] == [False, False, False, True]
-        assert steps[-1].reward == 1.0 and steps[-1].info["outcome"] == "win"
-        assert steps[-1].info["columns"] == [4, 4, 4, 4]
+        assert steps[-1].reward == 1.0 and steps[-1].outcome.kind == "win"
+        assert steps[-1].outcome.actions == (4, 4, 4, 4)
     assert agents == {"X", "O"}

@@ -8,11 +8,10 @@ import random
 
 import pytest
 
-from arl.config import EnvConfig
 from arl.episode import parse_turn
 from arl.tools import format_tool_call
 from arl.types import ToolCall
-from envs.registry import make_env
+from envs.registry import env_config, make_env
 
 PAYLOADS = (
     "__import__('os').system('touch CANARY')",
@@ -22,10 +21,10 @@ PAYLOADS = (
     "NaN", "Infinity", "-0", "1e309", "5.0", "true", "null", "[5]", '{"square": 5}',
 )
 ENVS = (
-    EnvConfig(name="tictactoe_move"),
-    EnvConfig(name="tictactoe", opponent="random", invalid_action="retry", max_retries=1),
-    EnvConfig(name="tictactoe", opponent="minimax", invalid_action="end"),
-    EnvConfig(name="connect_four", opponent="random", search_depth=1),
+    env_config(name="tictactoe_move"),
+    env_config(name="tictactoe", opponent="random", invalid_action="retry", max_retries=1),
+    env_config(name="tictactoe", opponent="minimax", invalid_action="end"),
+    env_config(name="connect_four", opponent="random", search_depth=1),
 )
 
 
@@ -52,7 +51,7 @@ def _fuzzed_reply(rng: random.Random, tool: str, arg: str) -> str:
     return text[:i] + chr(rng.randrange(0x20, 0x3000)) + text[i + 1 :]
 
 
-@pytest.mark.parametrize("cfg", ENVS, ids=lambda c: f"{c.name}-{c.invalid_action}")
+@pytest.mark.parametrize("cfg", ENVS, ids=lambda c: f"{c.name}-{vars(c).get('invalid_action')}")
 def test_fuzzed_replies_never_crash_move_or_execute(cfg, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     rng = random.Random(cfg.name)
@@ -65,7 +64,7 @@ def test_fuzzed_replies_never_crash_move_or_execute(cfg, tmp_path, monkeypatch):
         text = _fuzzed_reply(rng, tool.name, arg)
         board = env.board
         step = env.step(parse_turn(text, rng.random() < 0.95, reset.tools))
-        if step.info["invalid"]:
+        if "Invalid tool call" in step.messages[0].content or "Illegal" in step.messages[0].content:
             invalid += 1
             assert env.board == board, text
             assert step.reward == cfg.reward_invalid or not step.terminated

@@ -2,11 +2,10 @@
 
 import pytest
 
-from arl.config import EnvConfig
-from arl.types import ToolCall, ToolCallError, ToolCallErrorKind
+from arl.types import Outcome, ToolCall, ToolCallError, ToolCallErrorKind
 from envs import tictactoe_rules as rules
 from envs.opponents import PolicyOpponent
-from envs.registry import make_env
+from envs.registry import env_config, make_env
 
 
 def _call(square) -> ToolCall:
@@ -19,7 +18,7 @@ def _lowest_square_opponent() -> PolicyOpponent:
                           rules.legal_moves)
 
 
-def _seed_for(agent: str, cfg: EnvConfig, opponent=None) -> int:
+def _seed_for(agent: str, cfg, opponent=None) -> int:
     env = make_env(cfg, opponent)
     return next(s for s in range(100) if env.reset(s) and env.agent == agent)
 
@@ -32,42 +31,41 @@ def _play(env, squares):
 
 @pytest.mark.parametrize("agent, squares", [("X", [5, 9, 3, 7]), ("O", [5, 3, 7])])
 def test_win_as_either_mark(agent, squares):
-    cfg = EnvConfig(name="tictactoe", opponent="policy", board_format="grid")
+    cfg = env_config(name="tictactoe", opponent="policy", board_format="grid")
     env = make_env(cfg, _lowest_square_opponent())
     reset = env.reset(_seed_for(agent, cfg, _lowest_square_opponent()))
     if agent == "O":  # the opponent opened, and the prompt says where
         assert reset.messages[1].content.startswith("Opponent played square 1.\nX|2|3")
     last = _play(env, squares)
     assert last.reward == 1.0
-    assert last.info == {"invalid": False, "outcome": "win", "invalid_calls": 0,
-                         "squares": squares}
+    assert last.outcome == Outcome("win", "win", tuple(squares))
     assert last.messages[0].content.endswith("You win.")
 
 
 def test_loss():
-    cfg = EnvConfig(name="tictactoe", opponent="policy", board_format="grid")
+    cfg = env_config(name="tictactoe", opponent="policy", board_format="grid")
     env = make_env(cfg, _lowest_square_opponent())
     env.reset(_seed_for("X", cfg, _lowest_square_opponent()))
     last = _play(env, [5, 6, 9])  # O takes 1, 2, 3
-    assert last.reward == -1.0 and last.info["outcome"] == "loss"
+    assert last.reward == -1.0 and last.outcome.kind == "loss"
     assert last.messages[0].content == (
         "You played square 9. Opponent played square 3.\nO|O|O\n4|X|X\n7|8|X\nYou lose."
     )
 
 
 def test_perfect_play_against_minimax_draws():
-    cfg = EnvConfig(name="tictactoe", opponent="minimax", board_format="grid")
+    cfg = env_config(name="tictactoe", opponent="minimax", board_format="grid")
     env = make_env(cfg)
     for seed in range(6):
         env.reset(seed)
         step = None
         while step is None or not step.terminated:
             step = env.step(_call(rules.best_moves(env.board, env.agent)[0]))
-        assert step.reward == 0.0 and step.info["outcome"] == "draw"
+        assert step.reward == 0.0 and step.outcome.kind == "draw"
 
 
 def test_minimax_punishes_blunders():
-    cfg = EnvConfig(name="tictactoe", opponent="minimax")
+    cfg = env_config(name="tictactoe", opponent="minimax")
     env = make_env(cfg)
     for seed in range(6):
         env.reset(seed)
@@ -76,7 +74,7 @@ def test_minimax_punishes_blunders():
             worst = min(rules.legal_moves(env.board), key=lambda m: -rules.value(
                 rules.play(env.board, m, env.agent), rules.other(env.agent)))
             step = env.step(_call(worst))
-        assert step.reward == -1.0 and step.info["outcome"] == "loss"
+        assert step.reward == -1.0 and step.outcome.kind == "loss"
 
 
 @pytest.mark.parametrize("board_format,empty", [
@@ -84,7 +82,7 @@ def test_minimax_punishes_blunders():
     ("grid", "1|2|3\n4|5|6\n7|8|9"),
 ])
 def test_an_exchange_reads_well(board_format, empty):
-    cfg = EnvConfig(name="tictactoe", opponent="random", board_format=board_format)
+    cfg = env_config(name="tictactoe", opponent="random", board_format=board_format)
     env = make_env(cfg)
     reset = env.reset(_seed_for("X", cfg))
     assert reset.messages[0].content == (
@@ -105,33 +103,33 @@ def test_an_exchange_reads_well(board_format, empty):
     ToolCall("drop_piece", {"column": 1}),
 ])
 def test_invalid_turn_ends_the_game_by_default(turn):
-    env = make_env(EnvConfig(name="tictactoe", opponent="random"))
+    env = make_env(env_config(name="tictactoe", opponent="random"))
     env.reset(0)
     step = env.step(turn)
     assert step.terminated and step.reward == -1.0
-    assert step.info["outcome"] == "invalid" and step.info["invalid_calls"] == 1
+    assert step.outcome == Outcome("invalid", "invalid", ())
     assert step.messages[0].content.endswith("Game over.")
     with pytest.raises(RuntimeError):
         env.step(_call(1))
 
 
 def test_occupied_square_is_invalid():
-    cfg = EnvConfig(name="tictactoe", opponent="policy")
+    cfg = env_config(name="tictactoe", opponent="policy")
     env = make_env(cfg, _lowest_square_opponent())
     env.reset(_seed_for("X", cfg, _lowest_square_opponent()))
     env.step(_call(5))  # the opponent answers on 1
     step = env.step(_call(1))
-    assert step.terminated and step.info["error_kind"] == "illegal_move"
+    assert step.terminated and step.outcome.result == "invalid"
     assert step.messages[0].content == "Illegal move: square 1 is taken. Game over."
 
 
 def test_retry_allows_max_retries_per_turn_then_ends():
-    cfg = EnvConfig(name="tictactoe", opponent="random", invalid_action="retry", max_retries=2)
+    cfg = env_config(name="tictactoe", opponent="random", invalid_action="retry", max_retries=2)
     env = make_env(cfg)
     env.reset(_seed_for("X", cfg))
     bad = ToolCallError(ToolCallErrorKind.MISSING, "no call")
     first, second = env.step(bad), env.step(_call(0))
-    assert not first.terminated and first.reward == 0.0 and first.info["invalid"]
+    assert not first.terminated and first.reward == 0.0 and first.outcome is None
     assert first.messages[0].content.endswith("Try again (1 retry left).")
     assert second.messages[0].content.endswith("Try again (0 retries left).")
     board = env.board
@@ -139,19 +137,18 @@ def test_retry_allows_max_retries_per_turn_then_ends():
     assert not env.step(bad).terminated and not env.step(bad).terminated
     last = env.step(bad)
     assert last.terminated and last.reward == -1.0
-    assert last.info["outcome"] == "invalid" and last.info["invalid_calls"] == 5
-    assert last.info["squares"] == [rules.legal_moves(board)[0]]
+    assert last.outcome == Outcome("invalid", "invalid", (rules.legal_moves(board)[0],))
 
 
 def test_retry_with_zero_retries_ends_at_once():
-    cfg = EnvConfig(name="tictactoe", invalid_action="retry", max_retries=0)
+    cfg = env_config(name="tictactoe", invalid_action="retry", max_retries=0)
     env = make_env(cfg)
     env.reset(0)
     assert env.step(_call(0)).terminated
 
 
 def test_same_seed_and_moves_give_the_same_game():
-    cfg = EnvConfig(name="tictactoe", opponent="eps_minimax", opponent_epsilon=0.5)
+    cfg = env_config(name="tictactoe", opponent="eps_minimax", opponent_epsilon=0.5)
 
     def game(seed):
         env = make_env(cfg)
@@ -167,19 +164,19 @@ def test_same_seed_and_moves_give_the_same_game():
 
 def test_policy_opponent_falls_back_on_illegal_moves():
     opponent = PolicyOpponent(lambda board, player, rng: 5, rules.legal_moves)
-    env = make_env(EnvConfig(name="tictactoe", opponent="policy"), opponent)
-    env.reset(_seed_for("X", EnvConfig(name="tictactoe", opponent="random")))
+    env = make_env(env_config(name="tictactoe", opponent="policy"), opponent)
+    env.reset(_seed_for("X", env_config(name="tictactoe", opponent="random")))
     env.step(_call(5))  # the policy's 5 is taken now: the fallback moves instead
     assert opponent.fallback_count == 1
 
 
 def test_policy_opponent_is_required_for_opponent_policy():
     with pytest.raises(ValueError, match="policy"):
-        make_env(EnvConfig(name="tictactoe", opponent="policy"))
+        make_env(env_config(name="tictactoe", opponent="policy"))
 
 
 def test_per_move_rewards_and_turn_states():
-    cfg = EnvConfig(name="tictactoe", opponent="policy", reward_move_best=0.25,
+    cfg = env_config(name="tictactoe", opponent="policy", reward_move_best=0.25,
                     reward_move_blunder=-0.5, board_format="grid")
     env = make_env(cfg, _lowest_square_opponent())
     seed = _seed_for("X", cfg, _lowest_square_opponent())
@@ -197,13 +194,13 @@ def test_per_move_rewards_and_turn_states():
     second = env.step(_call(blunders[0]))
     assert second.turn_state == "".join(board) + "/X"
     assert second.reward == pytest.approx(-0.5 + (cfg.reward_loss if second.terminated else 0))
-    plain = make_env(EnvConfig(name="tictactoe", opponent="policy"), _lowest_square_opponent())
+    plain = make_env(env_config(name="tictactoe", opponent="policy"), _lowest_square_opponent())
     plain.reset(0)
     assert plain.step(_call(5)).reward == 0.0  # off by default: only the end is rewarded
 
 
 def test_an_opponent_pool_draws_one_member_per_game():
-    cfg = EnvConfig(name="tictactoe", opponent="pool", opponent_pool=["random", "minimax",
+    cfg = env_config(name="tictactoe", opponent="pool", opponent_pool=["random", "minimax",
                                                                       "policy"])
     policy = _lowest_square_opponent()
     seen = set()
@@ -218,10 +215,10 @@ def test_an_opponent_pool_draws_one_member_per_game():
 
 
 def test_the_epsilon_curriculum_falls_to_its_end():
-    from actors.rollout import opponent_schedule
+    from envs.opponents import opponent_schedule
 
-    cfg = EnvConfig(name="tictactoe", opponent_epsilon=0.3, epsilon_start=1.0,
+    cfg = env_config(name="tictactoe", opponent_epsilon=0.3, epsilon_start=1.0,
                     epsilon_decay_steps=100)
     assert [opponent_schedule(cfg, s).opponent_epsilon for s in (0, 50, 100, 400)] == \
         pytest.approx([1.0, 0.65, 0.3, 0.3])
-    assert opponent_schedule(EnvConfig(), 10).opponent_epsilon == 0.3  # off by default
+    assert opponent_schedule(env_config("tictactoe"), 10).opponent_epsilon == 0.3  # off by default

@@ -4,10 +4,9 @@ from collections.abc import Callable
 
 import pytest
 
-from arl.config import EnvConfig
-from arl.types import ToolCall, ToolCallError, ToolCallErrorKind
+from arl.types import Outcome, ToolCall, ToolCallError, ToolCallErrorKind
 from envs import tictactoe_rules as rules
-from envs.registry import make_env
+from envs.registry import env_config, make_env
 from envs.tictactoe_move import (
     MAX_OPENING_MOVES,
     MIN_OPENING_MOVES,
@@ -20,9 +19,9 @@ def _call(square) -> ToolCall:
     return ToolCall("choose_square", {"square": square})
 
 
-def _env_where(pred: Callable[[rules.Board, str], bool], cfg: EnvConfig | None = None):
+def _env_where(pred: Callable[[rules.Board, str], bool], cfg=None):
     """A reset env whose board satisfies pred(board, agent), searching seeds in order."""
-    env = TicTacToeMoveEnv(cfg or EnvConfig())
+    env = TicTacToeMoveEnv(cfg or env_config())
     for seed in range(5000):
         env.reset(seed)
         if pred(env.board, env.agent):
@@ -39,7 +38,7 @@ def _not_best(board, agent):
 
 
 def test_reset_prompt_text_and_tool():
-    env = make_env(EnvConfig(name="tictactoe_move", board_format="grid"))
+    env = make_env(env_config(name="tictactoe_move", board_format="grid"))
     reset = env.reset(1)
     assert [m.role for m in reset.messages] == ["system", "user"]
     assert reset.messages[0].content == (
@@ -48,7 +47,7 @@ def test_reset_prompt_text_and_tool():
     assert reset.messages[1].content == "X|X|3\n4|5|O\n7|8|9\nYou are O. Your move."
     assert [t.name for t in reset.tools] == ["choose_square"]
     assert env.reset(1) == reset
-    lists = make_env(EnvConfig(name="tictactoe_move")).reset(1)  # the default format
+    lists = make_env(env_config(name="tictactoe_move")).reset(1)  # the default format
     assert lists.messages[1].content == "X: 1 2\nO: 6\nfree: 3 4 5 7 8 9\nYou are O. Your move."
 
 
@@ -68,22 +67,21 @@ def test_immediate_win_scores_reward_win():
     square = rules.winning_moves(env.board, env.agent)[0]
     step = env.step(_call(square))
     assert step.reward == 1.0 and step.terminated
-    assert step.info == {"outcome": "win", "square": square, "invalid": False}
+    assert step.outcome == Outcome("win", "win", (square,))
 
 
 def test_best_move_scores_reward_best():
     env = _env_where(lambda b, a: bool(_best_not_win(b, a)))
     square = _best_not_win(env.board, env.agent)[0]
     step = env.step(_call(square))
-    assert step.reward == 0.8 and step.info["outcome"] == "best"
+    assert step.reward == 0.8 and step.outcome == Outcome("best", None, step.outcome.actions)
 
 
 def test_legal_but_not_best_scores_reward_legal():
     env = _env_where(lambda b, a: bool(_not_best(b, a)))
     square = _not_best(env.board, env.agent)[0]
     step = env.step(_call(square))
-    assert step.reward == 0.0 and step.info["outcome"] == "legal"
-    assert step.info["square"] == square
+    assert step.reward == 0.0 and step.outcome == Outcome("legal", None, (square,))
 
 
 def test_occupied_square_scores_reward_invalid():
@@ -91,18 +89,17 @@ def test_occupied_square_scores_reward_invalid():
     square = rules.occupied_squares(env.board)[0]
     step = env.step(_call(square))
     assert step.reward == -1.0 and step.terminated
-    assert step.info == {"outcome": "illegal_move", "square": square, "invalid": True}
+    assert step.outcome == Outcome("illegal_move", "invalid", (square,))
     assert "taken" in step.messages[0].content
 
 
 @pytest.mark.parametrize("kind", list(ToolCallErrorKind))
 def test_every_tool_call_error_scores_reward_invalid(kind):
-    env = make_env(EnvConfig(name="tictactoe_move"))
+    env = make_env(env_config(name="tictactoe_move"))
     env.reset(0)
     step = env.step(ToolCallError(kind, "bad turn"))
     assert step.reward == -1.0 and step.terminated
-    assert step.info["outcome"] == "invalid_call" and step.info["square"] is None
-    assert step.info["error_kind"] == kind.value
+    assert step.outcome == Outcome("invalid_call", "invalid", ())
     assert step.messages[0].role == "tool" and kind.value in step.messages[0].content
 
 
@@ -116,15 +113,16 @@ def test_every_tool_call_error_scores_reward_invalid(kind):
     (ToolCall("choose_square", {}), "invalid_arguments"),
 ])
 def test_calls_outside_the_schema_are_invalid_calls(call, kind):
-    env = TicTacToeMoveEnv(EnvConfig())
+    env = TicTacToeMoveEnv(env_config())
     env.reset(0)  # the empty board: every square in range would be legal
     step = env.step(call)
     assert step.reward == -1.0
-    assert step.info["outcome"] == "invalid_call" and step.info["error_kind"] == kind
+    assert step.outcome == Outcome("invalid_call", "invalid", ())
+    assert f"({kind})" in step.messages[0].content
 
 
 def test_rewards_come_from_the_config():
-    cfg = EnvConfig(reward_best=0.5, reward_legal=0.1, reward_invalid=-2.0, reward_win=3.0)
+    cfg = env_config(reward_best=0.5, reward_legal=0.1, reward_invalid=-2.0, reward_win=3.0)
     for choose, reward in [
         (_best_not_win, 0.5),
         (_not_best, 0.1),
@@ -136,7 +134,7 @@ def test_rewards_come_from_the_config():
 
 
 def test_one_move_per_episode():
-    env = TicTacToeMoveEnv(EnvConfig())
+    env = TicTacToeMoveEnv(env_config())
     with pytest.raises(RuntimeError):
         env.step(_call(5))
     env.reset(3)

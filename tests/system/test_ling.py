@@ -7,7 +7,7 @@ import pytest
 import transformers
 
 from app.train import train
-from arl.config import EnvConfig
+from envs.registry import env_config
 from tests.builders import ci_config, metrics_rows
 
 pytestmark = [
@@ -32,7 +32,7 @@ def ling_model_dir(tmp_path_factory) -> str:
                              architecture="bailing_hybrid")
     assert model.config.layer_types == ["linear_attention", "full_attention"]
     assert model.config.mlp_layer_types == ["dense", "sparse"]
-    demos = warmstart_examples(EnvConfig(), 384, seed=0, malformed_fraction=0.2,
+    demos = warmstart_examples(env_config(), 384, seed=0, malformed_fraction=0.2,
                                illegal_fraction=0.3)
     examples = [(d.reset.messages, d.reset.tools, d.target) for d in demos]
     supervised_finetune(model, tokenizer, examples, epochs=2, lr=1e-2, batch_size=16, seed=0)

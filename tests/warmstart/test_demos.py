@@ -5,10 +5,10 @@ from collections import Counter
 
 import pytest
 
-from arl.config import EnvConfig
 from arl.tools import format_tool_call, parse_tool_call
 from arl.types import ToolCall, ToolCallError
 from envs import tictactoe_rules as rules
+from envs.registry import env_config
 from envs.tictactoe_move import move_outcome, outcome_reward
 from tests.builders import read_board
 from warmstart.demos import corpus_texts, game_examples, warmstart_examples
@@ -30,7 +30,7 @@ def _square_of(text: str) -> int | None:
 
 @pytest.fixture(scope="module")
 def demos():
-    return warmstart_examples(EnvConfig(), n=2000, seed=0, malformed_fraction=0.2,
+    return warmstart_examples(env_config(), n=2000, seed=0, malformed_fraction=0.2,
                               illegal_fraction=0.45)
 
 
@@ -42,9 +42,9 @@ def test_fractions_are_as_configured(demos):
 
 
 def test_deterministic_per_seed():
-    a = warmstart_examples(EnvConfig(), 50, 3, 0.2, 0.45)
-    assert a == warmstart_examples(EnvConfig(), 50, 3, 0.2, 0.45)
-    assert a != warmstart_examples(EnvConfig(), 50, 4, 0.2, 0.45)
+    a = warmstart_examples(env_config(), 50, 3, 0.2, 0.45)
+    assert a == warmstart_examples(env_config(), 50, 3, 0.2, 0.45)
+    assert a != warmstart_examples(env_config(), 50, 4, 0.2, 0.45)
 
 
 def test_targets_name_the_intended_squares(demos):
@@ -83,7 +83,7 @@ def _outcome(demo) -> str:
 
 def test_starting_reward_is_about_minus_one_half(demos):
     """Score each target on the env's reward table: only legal targets escape -1."""
-    cfg = EnvConfig()
+    cfg = env_config()
     total = sum(outcome_reward(_outcome(d) if d.kind == "legal" else "invalid_call", cfg)
                 for d in demos)
     assert -0.6 < total / len(demos) < -0.4
@@ -107,7 +107,7 @@ def _last_board(demo) -> rules.Board:
 
 
 def test_game_examples_continue_real_games():
-    cfg = EnvConfig(name="tictactoe", opponent="random")
+    cfg = env_config(name="tictactoe", opponent="random")
     demos = game_examples(cfg, 300, seed=1, malformed_fraction=0.3)
     assert demos == game_examples(cfg, 300, seed=1, malformed_fraction=0.3)
     assert Counter(d.kind for d in demos) == {"malformed": 90, "legal": 210}
@@ -126,4 +126,4 @@ def test_game_examples_continue_real_games():
         else:
             assert isinstance(parse_tool_call(demo.target, demo.reset.tools), ToolCallError)
     with pytest.raises(ValueError, match="tictactoe only"):
-        game_examples(EnvConfig(), 1, 0, 0.0)
+        game_examples(env_config(), 1, 0, 0.0)
