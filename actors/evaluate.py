@@ -155,12 +155,12 @@ def score_positions(engine: RolloutEngine, env_cfg: EnvConfig, rows: list[dict],
     spec = resolve_env(env_cfg.name)
     if spec.position is None:
         raise ValueError(f"env {spec.name!r} reads no positions files")
-    built = [spec.position(env_cfg, row) for row in rows]
-    starts = [(env, params.seed + i, i) for i, (env, _) in enumerate(built)
-              for _ in range(samples)]
+    good_moves = [spec.position(env_cfg, row)[1] for row in rows]
+    starts = [(spec.position(env_cfg, row)[0], params.seed + i, i)  # an env per episode
+              for i, row in enumerate(rows) for _ in range(samples)]
     played = run_episodes(engine, _renderer(engine), starts, params, max_turns=1)
     good = sum(t.outcome is not None and bool(t.outcome.actions)
-               and t.outcome.actions[0] in built[t.group_id][1] for t in played)
+               and t.outcome.actions[0] in good_moves[t.group_id] for t in played)
     illegal = sum(t.outcome is None or t.outcome.result == "invalid" for t in played)
     total = len(played)
     return {"accuracy": Rate(good, total), "illegal": Rate(illegal, total)}

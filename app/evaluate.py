@@ -9,7 +9,7 @@ import json
 from app.run import resolve_checkpoint
 from arl.config import ConfigError, EnvConfig, load_config
 from arl.errors import UserError
-from arl.evaluation import check_positions, read_positions
+from arl.evaluation import read_positions
 from arl.types import SamplingParams
 
 
@@ -75,8 +75,7 @@ def _positions(path: str, spec, env_cfg: EnvConfig) -> list[dict]:
     if spec.position is None:
         raise UserError(f"env {spec.name!r} reads no positions files")
     try:
-        rows = read_positions(path)
-        check_positions(path, rows, lambda row: spec.position(env_cfg, row))
+        rows = read_positions(path, lambda row: spec.position(env_cfg, row))
     except OSError as err:
         raise UserError(f"cannot read {path}: {err.strerror}") from None
     except ValueError as err:

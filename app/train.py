@@ -25,7 +25,7 @@ from app.stop import StopOnSignal, Stopped
 from arl.config import Config, ConfigError, require_extras
 from arl.credit import turn_advantages
 from arl.env_spec import resolve_env
-from arl.evaluation import check_positions, read_positions
+from arl.evaluation import read_positions
 from arl.gspo import group_advantages, informative_groups
 from arl.metrics import Metrics
 from arl.steps import start_states, transcripts_wanted
@@ -91,8 +91,7 @@ def _read_positions(cfg: Config) -> dict[str, list[dict]]:
     spec, files = resolve_env(cfg.env.name), {}
     for path in cfg.eval.positions:
         try:
-            rows = read_positions(path)
-            check_positions(path, rows, functools.partial(spec.position, cfg.env))
+            rows = read_positions(path, functools.partial(spec.position, cfg.env))
         except ValueError as err:
             raise ConfigError("eval.positions", str(err)) from None
         files[os.path.splitext(os.path.basename(path))[0]] = rows

@@ -60,10 +60,11 @@ def game_outcome(outcome: Outcome | None) -> str:
     return result if result in ("win", "draw", "loss") else "illegal"
 
 
-def read_positions(path: str) -> list[dict]:
+def read_positions(path: str, position: Callable[[dict], Any] | None = None) -> list[dict]:
     """Every row of a positions file (JSON Lines, one JSON object per line; what a row holds
-    is the env's to say: `EnvSpec.position`). Raises ValueError naming the line of the first
-    row that is not a JSON object, or the file if it has none."""
+    is the env's to say). With `position` (an env's `EnvSpec.position` bound to its config)
+    every row is also built once. Raises ValueError naming the line of the first row that is
+    not a JSON object or that `position` refuses, or the file if it has none."""
     rows = []
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, start=1):
@@ -71,21 +72,13 @@ def read_positions(path: str) -> list[dict]:
                 continue
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError as err:
+                if not isinstance(row, dict):
+                    raise ValueError("a position must be a JSON object")
+                if position is not None:
+                    position(row)
+            except (ValueError, TypeError, KeyError) as err:  # JSONDecodeError included
                 raise ValueError(f"{path}:{number}: {err}") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{number}: a position must be a JSON object")
             rows.append(row)
     if not rows:
         raise ValueError(f"{path}: no positions")
     return rows
-
-
-def check_positions(path: str, rows: list[dict], position: Callable[[dict], Any]) -> None:
-    """Build every row with `position` (an env's `EnvSpec.position` bound to its config);
-    ValueError naming the line of the first row it refuses."""
-    for number, row in enumerate(rows, start=1):
-        try:
-            position(row)
-        except (ValueError, TypeError, KeyError) as err:
-            raise ValueError(f"{path}: position {number}: {err}") from None

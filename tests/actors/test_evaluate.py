@@ -9,16 +9,11 @@ import pytest
 
 from actors.evaluate import play_games, score_positions
 from app.cli import main
-from arl.evaluation import (
-    Position,
-    Rate,
-    parse_opponent,
-    read_positions,
-    wilson_interval,
-)
+from arl.evaluation import Rate, read_positions, wilson_interval
 from arl.types import SamplingParams
 from envs import tictactoe_rules as rules
-from envs.registry import env_config
+from envs.opponents import parse_opponent
+from envs.registry import TICTACTOE_MOVE, env_config
 from tests.builders import ScriptedEngine
 
 GREEDY = SamplingParams(0.0, 1.0, 48, 0)
@@ -64,15 +59,16 @@ def test_perfect_play_never_loses_to_random_and_malformed_calls_are_illegal(toke
 
 def test_positions_are_scored_against_their_good_moves(tokenizer):
     positions = [
-        Position(tuple("XX.OO...."), "X", (3,)),  # X wins at 3
-        Position(tuple("X...O...."), "X", (3, 7)),
-        Position(tuple("XO.X.O..."), "X", (7,)),
+        {"board": "XX.OO....", "to_move": "X", "good_moves": [3]},  # X wins at 3
+        {"board": "X...O....", "to_move": "X", "good_moves": [3, 7]},
+        {"board": "XO.X.O...", "to_move": "X", "good_moves": [7]},
     ]
+    cfg = env_config()
     first_empty = ScriptedEngine(tokenizer, lambda b, a: b.index(".") + 1)
-    rates = score_positions(first_empty, positions, samples=2, params=GREEDY)
+    rates = score_positions(first_empty, cfg, positions, samples=2, params=GREEDY)
     assert rates["accuracy"] == Rate(2, 6)  # 3 is the first empty square only on the first
     occupied = ScriptedEngine(tokenizer, lambda b, a: b.index(a) + 1)
-    rates = score_positions(occupied, positions, samples=1, params=GREEDY)
+    rates = score_positions(occupied, cfg, positions, samples=1, params=GREEDY)
     assert rates["accuracy"] == Rate(0, 3) and rates["illegal"] == Rate(3, 3)
 
 
@@ -80,13 +76,14 @@ def test_bad_positions_and_opponents_are_refused_with_their_line(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text('{"board": "X........", "to_move": "O", "good_moves": [5]}\n'
                     '{"board": "X........", "to_move": "O", "good_moves": [1]}\n')
+    assert len(read_positions(str(path))) == 2  # JSON objects: the env reads what they hold
     with pytest.raises(ValueError, match=r"p.jsonl:2: good_moves \[1\] are not empty"):
-        read_positions(str(path))
+        read_positions(str(path), lambda row: TICTACTOE_MOVE.position(env_config(), row))
     path.write_text("not json\n")
     with pytest.raises(ValueError, match="p.jsonl:1"):
         read_positions(str(path))
     for spec in ("eps:2", "eps:x", "alphazero"):
-        with pytest.raises(ValueError, match="--opponent"):
+        with pytest.raises(ValueError, match="opponent must be"):
             parse_opponent(spec)
     assert parse_opponent("eps:0.3").epsilon == 0.3
 

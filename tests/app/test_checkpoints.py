@@ -62,7 +62,7 @@ def _greedy_squares(engine, n: int = 20) -> list:
 
     starts = [(make_env(env_config()), 500 + i, i) for i in range(n)]
     played = run_episodes(engine, _renderer(engine), starts, SamplingParams(0.0, 1.0, 32, 0), 1)
-    return [(t.info.get("outcome"), t.info.get("square")) for t in played]
+    return [t.outcome for t in played]
 
 
 @pytest.mark.parametrize("lora", [0, 4])
