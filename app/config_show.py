@@ -1,5 +1,6 @@
 """`arl config show [CONFIG ...] [key=value ...]`: the resolved config as YAML, every key with
-its help, its default and the values it allows."""
+its help, its default and the values it allows; the env section as its env's config type has
+it, with the names of the installed envs."""
 
 from __future__ import annotations
 
@@ -9,16 +10,17 @@ from typing import Any
 import yaml
 
 from arl.config import CHECKS, Config, field_info
+from arl.env_spec import registered_names
 
 
 def show(cfg: Config) -> str:
     """The YAML text: loadable by `arl train` as it is (comments carry the help)."""
     lines: list[str] = []
-    _section(cfg, "", 0, lines)
+    _section(cfg, "", 0, lines, type(cfg.env))
     return "\n".join(lines) + "\n"
 
 
-def _section(obj: Any, prefix: str, depth: int, lines: list[str]) -> None:
+def _section(obj: Any, prefix: str, depth: int, lines: list[str], env: type) -> None:
     pad = "  " * depth
     for f in dataclasses.fields(obj):
         key = f"{prefix}{f.name}"
@@ -26,15 +28,17 @@ def _section(obj: Any, prefix: str, depth: int, lines: list[str]) -> None:
         if dataclasses.is_dataclass(value):
             lines.append(f"{pad}# {f.metadata['help']}")
             lines.append(f"{pad}{f.name}:")
-            _section(value, f"{key}.", depth + 1, lines)
+            _section(value, f"{key}.", depth + 1, lines, env)
             continue
-        lines.append(f"{pad}# {describe(key)}")
+        lines.append(f"{pad}# {describe(key, env)}")
+        if key == "env.name":
+            lines.append(f"{pad}# installed envs: {', '.join(registered_names())}")
         lines.append(f"{pad}{f.name}: {_scalar(value)}")
 
 
-def describe(key: str) -> str:
-    """`help. default D; allowed` for one dotted key."""
-    found, default = field_info(key)
+def describe(key: str, env: type) -> str:
+    """`help. default D; allowed` for one dotted key (env keys of config type `env`)."""
+    found, default = field_info(key, env)
     meta = found.metadata
     allowed = ""
     if meta["choices"]:

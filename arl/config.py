@@ -69,8 +69,8 @@ def load_config(
         if source in overrides:
             key = source.split("=", 1)[0].strip()
             if OmegaConf.select(merged, key, default=_MISSING) is _MISSING:
-                raise ConfigError(key, "unknown key" + did_you_mean(key, spec.config))
-        merged = _merge(merged, node, source, spec.config)
+                raise ConfigError(key, _unknown(key, spec))
+        merged = _merge(merged, node, source, spec)
     cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     cfg.env.name = cfg.env.name or spec.name
     validate(cfg, check_paths=check_paths)
@@ -111,15 +111,21 @@ def _load_yaml(path: str) -> Any:
     return node
 
 
-def _merge(base: Any, other: Any, source: str, env: type) -> Any:
+def _merge(base: Any, other: Any, source: str, spec: EnvSpec) -> Any:
     try:
         return OmegaConf.merge(base, other)
     except OmegaConfBaseException as err:
         key = str(getattr(err, "full_key", None) or "<unknown>")
         reason = str(err).splitlines()[0]
         if isinstance(err, ConfigKeyError):
-            reason = "unknown key" + did_you_mean(key, env)
+            reason = _unknown(key, spec)
         raise ConfigError(key, f"{reason} (from {source})") from None
+
+
+def _unknown(key: str, spec: EnvSpec) -> str:
+    """Why `key` is refused, with the closest key; env keys are the env's own."""
+    whose = f" of env {spec.name!r}" if key.startswith("env.") else ""
+    return f"unknown key{whose}" + did_you_mean(key, spec.config)
 
 
 def _section(cls: type, f: dataclasses.Field, env: type) -> type:

@@ -2,6 +2,7 @@
 
 import ast
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -141,3 +142,57 @@ def test_no_function_over_60_lines():
     found = (_long_definitions(ast.FunctionDef, 60)
              + _long_definitions(ast.AsyncFunctionDef, 60))
     assert not found, found
+
+
+# Words that name a game or its pieces: the core may use them in docstrings (examples), never
+# in code or in the strings it shows.
+GAME_WORDS = re.compile(r"tic.?tac.?toe|connect.?four|\b(square|column|board)s?\b",
+                        re.IGNORECASE)
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the nodes that are docstrings (a module's, class's or function's first string)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+def _words(node: ast.AST) -> list[str]:
+    """The names and string values a node carries (identifiers split at underscores)."""
+    names = []
+    if isinstance(node, ast.Name):
+        names.append(node.id)
+    elif isinstance(node, ast.Attribute):
+        names.append(node.attr)
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        names.append(node.name)
+    elif isinstance(node, ast.arg):
+        names.append(node.arg)
+    elif isinstance(node, ast.keyword) and node.arg:
+        names.append(node.arg)
+    elif isinstance(node, ast.alias):
+        names.append(node.asname or node.name)
+    elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    return [n.replace("_", " ") for n in names]
+
+
+def test_core_names_no_game():
+    """Nothing in arl/ knows a game: no game's name or pieces in its code or its strings
+    (docstrings may give examples). Games come in through arl.env_spec."""
+    offenders = []
+    for path in _sources("arl"):
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if id(node) in docs:
+                continue
+            for text in _words(node):
+                if (found := GAME_WORDS.search(text)) is not None:
+                    offenders.append(f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', '?')} "
+                                     f"{found.group(0)!r} in {text[:60]!r}")
+    assert not offenders, "game names in the core:\n" + "\n".join(offenders)
