@@ -1,0 +1,69 @@
+"""The TextArena adapter: conformance on three games (two board games, one not), TextArena's
+invalid-move rules, and 3 GSPO steps on Ray."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("textarena", reason="the textarena extra: pip install -e '.[textarena]'")
+
+from arl.config import ConfigError, load_config  # noqa: E402
+from arl.env_spec import resolve_env  # noqa: E402
+from arl.types import ToolCall, ToolCallError, ToolCallErrorKind  # noqa: E402
+from envs.check import check_spec  # noqa: E402
+from tests.builders import CI, ci_config, metrics_rows  # noqa: E402
+
+
+def _env_cfg(*overrides: str):
+    return load_config([CI], ["env.name=textarena", *overrides], check_paths=False).env
+
+
+@pytest.mark.parametrize("overrides", [
+    ("env.game=TicTacToe-v0-raw", "env.opponent=minimax"),
+    ("env.game=ConnectFour-v0-raw",),
+    ("env.game=GuessTheNumber-v0-raw", "env.num_players=1"),
+])
+def test_games_pass_check_env(overrides):
+    check_spec(resolve_env("textarena"), _env_cfg(*overrides), seeds=range(3))
+
+
+def test_invalid_moves_follow_textarena_rules():
+    env = resolve_env("textarena").make(_env_cfg("env.game=TicTacToe-v0-raw", "env.seat=0"))
+    env.reset(0)
+    first = env.step(ToolCallError(ToolCallErrorKind.MALFORMED, "not JSON"))
+    assert not first.terminated  # TextArena's error allowance: one more try
+    assert first.messages[0].content.startswith("Invalid tool call: not JSON.")
+    assert "invalid move" in first.messages[0].content
+    last = env.step(ToolCall("play", {"move": "[42]"}))
+    assert last.terminated and last.outcome.kind == "invalid" and last.reward == -1.0
+
+
+def test_minimax_opponent_never_loses():
+    spec = resolve_env("textarena")
+    for seed in range(6):
+        env = spec.make(_env_cfg("env.game=TicTacToe-v0-raw", "env.opponent=minimax"))
+        env.reset(seed)
+        step = None
+        while step is None or not step.terminated:
+            from envs.textarena_env import _core, _tictactoe_moves
+
+            step = env.step(ToolCall("play", {"move": _tictactoe_moves(_core(env.env).state)[0]}))
+        assert step.outcome.kind in ("loss", "draw")
+
+
+def test_config_refuses_unknown_games_and_opponents():
+    with pytest.raises(ConfigError, match="env.game"):
+        _env_cfg("env.game=NoSuchGame-v0")
+    with pytest.raises(ConfigError, match="env.opponent"):
+        _env_cfg("env.game=ConnectFour-v0-raw", "env.opponent=minimax")
+
+
+def test_trains_three_steps_on_ray(tmp_path, warm_model_dir):
+    from app.train import train
+
+    cfg = ci_config(warm_model_dir, tmp_path, "env.name=textarena", "rollout.max_turns=3",
+                    "env.game=TicTacToe-v0-raw")
+    train(cfg, use_ray=True)
+    rows = metrics_rows(tmp_path / "ci", untimed=False)
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert all(r["learner/loss"] is not None for r in rows)
