@@ -21,7 +21,8 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
 # Reinstall when the package metadata changes. The demo needs arl alone; the tests add the
-# dev tools and the deepspeed extra on top.
+# dev tools and the deepspeed, openspiel and textarena extras on top (their tests skip, with
+# the install command, where an extra is missing).
 $(VENV)/.installed-base: pyproject.toml | $(VENV)/bin/python
 	$(PIP) install -q --upgrade pip
 ifeq ($(HAS_GPU),1)
@@ -33,7 +34,7 @@ endif
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.installed-base
-	DS_BUILD_OPS=0 $(PIP) install -q -e '.[dev,deepspeed]'
+	DS_BUILD_OPS=0 $(PIP) install -q -e '.[dev,deepspeed,openspiel,textarena]'
 	touch $@
 
 venv-base: $(VENV)/.installed-base

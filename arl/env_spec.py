@@ -28,6 +28,7 @@ from typing import Any
 from arl.errors import UserError
 from arl.protocols import Env
 from arl.schema import EnvConfig
+from arl.types import ToolCall
 
 ENTRY_POINT_GROUP = "arl.envs"
 
@@ -69,6 +70,9 @@ class EnvSpec:
     position     optional (env_cfg, row) -> (env, good actions): an env that starts from one
                  row of a positions file (a JSON object), and the actions that solve it;
                  raises ValueError for a malformed row; None: no positions files
+    legal_calls  optional env -> [ToolCall]: the well-formed call of every legal move of a
+                 live episode's env, for warm starts that teach the format with uniformly
+                 random legal moves (`arl warmstart` with `warmstart.env`)
     """
 
     name: str
@@ -82,6 +86,7 @@ class EnvSpec:
     schedule: Callable[[Any, int], Any] | None = None
     eval_game: Callable[[Any, str, str], tuple[str, Any]] | None = None
     position: Callable[[Any, dict], tuple[Env, tuple[int, ...]]] | None = None
+    legal_calls: Callable[[Any], list[ToolCall]] | None = None
 
     def make(self, cfg: EnvConfig, ctx: EnvContext | None = None) -> Env:
         """A new env for `cfg` (which must be of this spec's config type)."""

@@ -31,7 +31,7 @@ import numpy as np
 from arl.config import ConfigError, EnvConfig
 from arl.env_spec import EnvSpec
 from arl.schema import opt
-from arl.types import EnvReset, EnvStep, Message, Outcome, ParsedTurn, ToolCallError
+from arl.types import EnvReset, EnvStep, Message, Outcome, ParsedTurn, ToolCall, ToolCallError
 from envs.game_env import move_tool, read_move
 
 BOTS = ("random", "mcts", "alpha_beta")
@@ -216,6 +216,11 @@ def _eval_game(env: OpenSpielConfig, opponent: str, seat: str) -> tuple[str, Ope
     return env.name, dataclasses.replace(env, opponent=opponent, seat=seat_id)
 
 
+def _legal_calls(env: OpenSpielEnv) -> list[ToolCall]:
+    return [ToolCall(env.tool.name, {env.cfg.tool_arg: i})
+            for i in range(1, len(env.state.legal_actions()) + 1)]
+
+
 SPEC = EnvSpec(
     name="openspiel",
     factory=lambda cfg, ctx: OpenSpielEnv(cfg),
@@ -225,5 +230,6 @@ SPEC = EnvSpec(
     action="action",
     check=_check,
     eval_game=_eval_game,
+    legal_calls=_legal_calls,
 )
 

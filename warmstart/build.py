@@ -63,7 +63,7 @@ def warmstart(cfg: Config, force: bool = False) -> dict[str, object]:
 
     from actors.evaluate import evaluate
     from learner.model import set_torch_threads
-    from warmstart.demos import corpus_texts, game_examples, warmstart_examples
+    from warmstart.demos import corpus_texts
     from warmstart.sft import supervised_finetune
     from warmstart.tiny import build_tiny_model, build_tokenizer, render_chat, save_model_dir
 
@@ -71,14 +71,7 @@ def warmstart(cfg: Config, force: bool = False) -> dict[str, object]:
     compute = resolve_dtype(ws.compute_dtype)
     start = time.perf_counter()
     env_cfg = cfg.env if ws.env in ("", cfg.env.name) else env_config(ws.env)
-    if not isinstance(env_cfg, MoveTaskConfig):
-        raise UserError(f"warmstart: transcripts exist for tictactoe_move only, not "
-                        f"{env_cfg.name!r} (set env.name or warmstart.env)")
-    game_cfg = env_config("tictactoe", opponent="random", board_format=env_cfg.board_format)
-    n_game = round(ws.examples * ws.game_fraction)
-    moves = warmstart_examples(env_cfg, ws.examples - n_game, cfg.seed, ws.malformed_fraction,
-                               ws.illegal_fraction)
-    games = game_examples(game_cfg, n_game, cfg.seed + 1, ws.malformed_fraction)
+    moves, games = _demos(cfg, env_cfg)
     demos = moves + games
     # The tokenizer learns from the env texts and from whole rendered prompts, so the fixed
     # parts of every prompt (template, tool signature) compress into few tokens.
@@ -106,3 +99,25 @@ def warmstart(cfg: Config, force: bool = False) -> dict[str, object]:
           f"mean reward {report.reward_mean:+.3f}")
     print(json.dumps(record["eval"]))
     return record
+
+
+def _demos(cfg: Config, env_cfg) -> tuple[list, list]:
+    """(the one-env transcripts, the full-game ones): tic-tac-toe's own for the one-move
+    task (with `warmstart.game_fraction` from full games), else any env whose spec names its
+    legal calls (warmstart/env_demos.py)."""
+    from arl.env_spec import resolve_env
+    from warmstart.demos import game_examples, warmstart_examples
+    from warmstart.env_demos import env_examples
+
+    ws = cfg.warmstart
+    if not isinstance(env_cfg, MoveTaskConfig):
+        spec = resolve_env(env_cfg.name)
+        if spec.legal_calls is None:
+            raise UserError(f"warmstart: env {env_cfg.name!r} does not name its legal calls "
+                            "(EnvSpec.legal_calls), so no transcripts can be made for it")
+        return env_examples(spec, env_cfg, ws.examples, cfg.seed, ws.malformed_fraction), []
+    game_cfg = env_config("tictactoe", opponent="random", board_format=env_cfg.board_format)
+    n_game = round(ws.examples * ws.game_fraction)
+    moves = warmstart_examples(env_cfg, ws.examples - n_game, cfg.seed, ws.malformed_fraction,
+                               ws.illegal_fraction)
+    return moves, game_examples(game_cfg, n_game, cfg.seed + 1, ws.malformed_fraction)
