@@ -72,12 +72,14 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
     ev = sub.add_parser("eval", help="win/draw/loss/illegal rates, or accuracy on positions")
     ev.add_argument("--checkpoint", required=True,
                     help="a run dir, its checkpoints/latest, checkpoints/step_<n>, or a model dir")
-    ev.add_argument("--env", default="tictactoe",
-                    help="the env whose full games are played (any env.name; default: "
-                    "tictactoe)")
-    ev.add_argument("--opponent", default="minimax",
+    ev.add_argument("--env", default=None,
+                    help="the env whose games are played (any env.name, with its default "
+                    "keys); default: the checkpoint's run's env with its keys (the one-move "
+                    "task plays full tic-tac-toe games), else tictactoe")
+    ev.add_argument("--opponent", default=None,
                     help="as the env spells its opponents (arl's games: minimax | random | "
-                    "eps:<p>)")
+                    "eps:<p>; OpenSpiel: random | mcts | alpha_beta); default: minimax where "
+                    "the env has it, else its configured opponent")
     ev.add_argument("--games", type=int, default=200)
     ev.add_argument("--positions", default=None,
                     help="JSONL file of positions to score instead of playing games")

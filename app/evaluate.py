@@ -4,6 +4,7 @@ positions file, with 95 % intervals; a table for people, then one JSON line for 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 from app.run import resolve_checkpoint
@@ -24,11 +25,12 @@ def run_eval(args: argparse.Namespace) -> int:
 
     spec = resolve_env(env_cfg.name)
     positions = _positions(args.positions, spec, env_cfg) if args.positions else None
+    opponent, played = args.opponent or _default_opponent(spec, env_cfg), env_cfg.name
     if positions is None:
         if spec.eval_game is None:
             raise UserError(f"env {spec.name!r} has no opponents to play full games against")
         try:
-            _, env_cfg = spec.eval_game(env_cfg, args.opponent, "random")
+            played, env_cfg = spec.eval_game(env_cfg, opponent, "random")
         except ValueError as err:
             raise UserError(f"--opponent: {err}") from None
     from actors.evaluate import load_policy, play_games, score_positions
@@ -44,9 +46,9 @@ def run_eval(args: argparse.Namespace) -> int:
         print(f"{checkpoint}: {len(positions)} positions, {mode} replies, 95 % Wilson intervals")
     else:
         rates = play_games(engine, env_cfg, args.games, samples, params)
-        summary = {"env": args.env, "opponent": args.opponent, "games": args.games * samples}
-        print(f"{checkpoint}: {args.games * samples} games of {args.env} against "
-              f"{args.opponent}, {mode}, 95 % Wilson intervals")
+        summary = {"env": played, "opponent": opponent, "games": args.games * samples}
+        print(f"{checkpoint}: {args.games * samples} games of {played} against "
+              f"{opponent}, {mode}, 95 % Wilson intervals")
     for name, rate in rates.items():
         print(f"  {name:<13} {rate}")
     print(json.dumps({"checkpoint": checkpoint, **summary,
@@ -55,19 +57,34 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def _env_config(args: argparse.Namespace, trained: dict) -> EnvConfig:
-    """The env config `arl eval` plays: `--env` (for positions: the env the checkpoint was
-    trained on, else `--env`) with the board format of `--board-format`, else of the run."""
-    name = args.env if not args.positions else trained.get("name", args.env)
-    overrides = [f"env.name={name}"]
-    board_format = args.board_format or trained.get("board_format")
+    """The env config `arl eval` plays: `--env` with its defaults, or without it the env the
+    checkpoint was trained on with all its keys (a model folder: tictactoe); the board format
+    of `--board-format` where the env has one."""
+    if args.env is not None:
+        values = {"name": args.env}
+    elif trained:
+        values = dict(trained)
+    else:
+        values = {"name": "tictactoe"}
+    if args.board_format or "board_format" in trained:
+        values["board_format"] = args.board_format or trained["board_format"]
     try:
-        cfg = load_config([], overrides, check_paths=False)
-        if board_format and hasattr(cfg.env, "board_format"):
-            cfg = load_config([], [*overrides, f"env.board_format={board_format}"],
-                              check_paths=False)
+        cfg = load_config([], [f"env.name={values['name']}"], check_paths=False)
+        known = {k: v for k, v in values.items() if hasattr(cfg.env, k)}
+        return dataclasses.replace(cfg.env, **known)
     except ConfigError as err:
         raise UserError(f"--env: {err}") from None
-    return cfg.env
+
+
+def _default_opponent(spec, env_cfg: EnvConfig) -> str:
+    """minimax where the env has it, else the opponent the env is configured with."""
+    try:
+        if spec.eval_game is not None:
+            spec.eval_game(env_cfg, "minimax", "X")
+            return "minimax"
+    except ValueError:
+        pass
+    return str(vars(env_cfg).get("opponent", "random"))
 
 
 def _positions(path: str, spec, env_cfg: EnvConfig) -> list[dict]:

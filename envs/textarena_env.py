@@ -11,9 +11,10 @@ was wrong with the call.
 
 Opponents (`env.opponent`, two-player games): random (a uniformly random legal move) and
 minimax (perfect play; TicTacToe only, by arl's own tic-tac-toe rules), for the games whose
-legal moves arl can read from TextArena's state (`LEGAL_MOVES`). Single-player games
-(`env.num_players: 1`) have none. TextArena's own LLM agents call remote APIs, which arl does
-not do from inside an env.
+legal moves arl can read from TextArena's state (`LEGAL_MOVES`); or agent: any TextArena
+agent (a callable from the observation text to the move, such as `textarena.agents`' API
+agents), built by the zero-argument factory `env.agent` names (`package.module:attr`).
+Single-player games (`env.num_players: 1`) have none.
 
 Reward: the agent's TextArena reward times `env.reward_scale`, or `env.reward_invalid` when
 its invalid move ended the game; Outcome win | draw | loss | invalid.
@@ -50,8 +51,10 @@ class TextArenaConfig(EnvConfig):
     game: str = opt("TicTacToe-v0-raw", "a TextArena env id (textarena.make)")
     num_players: int = opt(2, "players of the game: 2 (the agent and an opponent) or 1",
                            check="positive")
-    opponent: str = opt("random", "two-player games: random or minimax (TicTacToe)",
-                        choices=("random", "minimax"))
+    opponent: str = opt("random", "two-player games: random, minimax (TicTacToe) or agent",
+                        choices=("random", "minimax", "agent"))
+    agent: str = opt("", "opponent=agent: package.module:attr, a zero-argument factory of a "
+                     "TextArena agent (observation text -> move)")
     seat: str = opt("random", "the agent's player id; random: drawn from the episode seed",
                     choices=("random", "0", "1"))
     reward_scale: float = opt(1.0, "the episode reward is the agent's TextArena reward times "
@@ -98,6 +101,17 @@ def make_game(game: str) -> Any:
     return textarena.make(game)
 
 
+def load_agent(name: str) -> Callable[[], Any]:
+    """The agent factory `package.module:attr` names (ValueError if it names none)."""
+    import importlib
+
+    module, _, attr = name.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError):
+        raise ValueError(f"env.agent {name!r} names no importable package.module:attr") from None
+
+
 def _core(env: Any) -> Any:
     while hasattr(env, "env"):  # through TextArena's wrappers to the game
         env = env.env
@@ -111,6 +125,7 @@ class TextArenaEnv:
         self.cfg = cfg
         self._legal = _table(LEGAL_MOVES, cfg.game)
         self._best = _table(BEST_MOVES, cfg.game)
+        self._agent = load_agent(cfg.agent)() if cfg.opponent == "agent" else None
         self._done: bool | None = None
 
     def reset(self, seed: int) -> EnvReset:
@@ -153,12 +168,14 @@ class TextArenaEnv:
         """Play the opponent until the agent is to move; whether the game ended."""
         core = _core(self.env)
         while core.state.current_player_id != self.agent and self._steps < self.cfg.max_steps:
-            self.env.get_observation()  # the opponent's view is not the agent's
-            if self._send(self._opponent_move(core.state)):
+            _, seen = self.env.get_observation()  # the opponent's view, not the agent's
+            if self._send(self._opponent_move(core.state, seen)):
                 return True
         return False
 
-    def _opponent_move(self, state: Any) -> str:
+    def _opponent_move(self, state: Any, seen: list) -> str:
+        if self._agent is not None:
+            return str(self._agent("\n".join(text for _, text, *_ in seen)))
         if self._legal is None:
             raise RuntimeError(f"arl cannot read the legal moves of {self.cfg.game}")
         mark = "X" if state.current_player_id == 1 else "O"  # TextArena's TicTacToe marks
@@ -197,7 +214,12 @@ def _check(env: TextArenaConfig, cfg: Any) -> None:
         raise ConfigError("env.game", f"TextArena has no env {env.game!r}")
     if env.num_players not in (1, 2):
         raise ConfigError("env.num_players", "must be 1 or 2")
-    if env.num_players == 2 and _table(LEGAL_MOVES, env.game) is None:
+    if env.opponent == "agent":
+        try:
+            load_agent(env.agent)
+        except ValueError as err:
+            raise ConfigError("env.agent", str(err)) from None
+    elif env.num_players == 2 and _table(LEGAL_MOVES, env.game) is None:
         raise ConfigError("env.game", f"arl has no opponent for {env.game!r}: its legal moves "
                           f"are read for {sorted(LEGAL_MOVES)} only")
     if env.opponent == "minimax" and _table(BEST_MOVES, env.game) is None:
@@ -207,8 +229,9 @@ def _check(env: TextArenaConfig, cfg: Any) -> None:
 def _eval_game(env: TextArenaConfig, opponent: str, seat: str) -> tuple[str, TextArenaConfig]:
     if env.num_players != 2:
         raise ValueError(f"{env.game} is a one-player game: set eval.opponents=[]")
-    if opponent not in ("random", "minimax"):
-        raise ValueError(f"opponent must be random or minimax for TextArena; got {opponent!r}")
+    if opponent not in ("random", "minimax", "agent"):
+        raise ValueError(f"opponent must be random, minimax or agent for TextArena; got "
+                         f"{opponent!r}")
     seat_id = {"X": "0", "O": "1"}.get(seat, seat)
     return env.name, dataclasses.replace(env, opponent=opponent, seat=seat_id)
 

@@ -9,8 +9,7 @@ number outside [low, high] ends the episode with `reward_invalid`.
 Train it from the repository root (any folder on PYTHONPATH works; so does an installed
 package):
 
-    PYTHONPATH=. arl train configs/tictactoe_move.yaml env.name=examples.guess_number:make \
-        rollout.max_turns=6 eval.every=0
+    PYTHONPATH=. arl train examples/guess_number.yaml    # env.name: examples.guess_number:make
 
 `arl` reads the env's keys from the annotation of `make`'s first parameter, a dataclass that
 extends `EnvConfig`: `env.low=1 env.high=50` work like any other key, and a misspelt

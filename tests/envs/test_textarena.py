@@ -51,11 +51,32 @@ def test_minimax_opponent_never_loses():
         assert step.outcome.kind in ("loss", "draw")
 
 
+def make_agent():
+    """A TextArena agent, as `env.agent` names one: observation text -> move."""
+    def agent(observation: str) -> str:
+        assert "Board" in observation  # it sees its own view of the game
+        return "[col 6]"
+    return agent
+
+
+def test_a_textarena_agent_is_the_opponent():
+    cfg = _env_cfg("env.game=ConnectFour-v0-raw", "env.opponent=agent", "env.seat=0",
+                   f"env.agent={__name__}:make_agent")
+    env = resolve_env("textarena").make(cfg)
+    env.reset(0)
+    step = None
+    while step is None or not step.terminated:
+        step = env.step(ToolCall("play", {"move": "[col 0]"}))
+    assert step.outcome.kind == "win"  # four in column 0 before the agent's four in column 6
+
+
 def test_config_refuses_unknown_games_and_opponents():
     with pytest.raises(ConfigError, match="env.game"):
         _env_cfg("env.game=NoSuchGame-v0")
     with pytest.raises(ConfigError, match="env.opponent"):
         _env_cfg("env.game=ConnectFour-v0-raw", "env.opponent=minimax")
+    with pytest.raises(ConfigError, match="env.agent"):
+        _env_cfg("env.opponent=agent", "env.agent=no.such:thing")
 
 
 def test_trains_three_steps_on_ray(tmp_path, warm_model_dir):
