@@ -115,10 +115,20 @@ def play_games(engine: RolloutEngine, env_cfg: EnvConfig, games: int, samples: i
                params: SamplingParams) -> dict[str, Rate]:
     """Play `games` start states `samples` times each (env seeds params.seed + i) to the
     end; return the rate of each of GAME_OUTCOMES over all games played."""
+    return game_rates(play(engine, env_cfg, games, samples, params))
+
+
+def play(engine: RolloutEngine, env_cfg: EnvConfig, games: int, samples: int,
+         params: SamplingParams) -> list[Trajectory]:
+    """The episodes of `play_games`."""
     starts = [(make_env(env_cfg), params.seed + i, i) for i in range(games)
               for _ in range(samples)]
-    played = run_episodes(engine, _renderer(engine), starts, params,
-                          max_turns=resolve_env(env_cfg.name).max_turns)
+    return run_episodes(engine, _renderer(engine), starts, params,
+                        max_turns=resolve_env(env_cfg.name).max_turns)
+
+
+def game_rates(played: list[Trajectory]) -> dict[str, Rate]:
+    """The rate of each of GAME_OUTCOMES over `played`."""
     counts = Counter(game_outcome(t.outcome) for t in played)
     return {o: Rate(counts[o], len(played)) for o in GAME_OUTCOMES}
 
@@ -128,7 +138,8 @@ def evaluation_metrics(engine: RolloutEngine, env_cfg: EnvConfig, opponents: lis
                        max_new_tokens: int) -> dict[str, float]:
     """Greedy play of the engine's current policy, as `eval/*` metrics: for each opponent
     (the env's spellings) `games` full games as X and as O, the games the env's spec names
-    (`EnvSpec.eval_game`), and the accuracy on each positions file's rows."""
+    (`EnvSpec.eval_game`): their outcome rates and mean reward; and the accuracy on each
+    positions file's rows."""
     greedy = SamplingParams(0.0, 1.0, max_new_tokens, seed)
     spec = resolve_env(env_cfg.name)
     metrics: dict[str, float] = {}
@@ -136,7 +147,9 @@ def evaluation_metrics(engine: RolloutEngine, env_cfg: EnvConfig, opponents: lis
         name = opponent.replace(":", "")
         for seat in ("X", "O"):
             _, cfg = spec.eval_game(env_cfg, opponent, seat)
-            rates = play_games(engine, cfg, games, 1, greedy)
+            played = play(engine, cfg, games, 1, greedy)
+            rates = game_rates(played)
+            metrics[f"eval/{name}_as_{seat}_reward"] = float(np.mean([t.reward for t in played]))
             for outcome, rate in rates.items():
                 metrics[f"eval/{name}_as_{seat}_{outcome}"] = rate.rate
             metrics[f"eval/{name}_as_{seat}_nonloss"] = rates["win"].rate + rates["draw"].rate

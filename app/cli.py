@@ -90,6 +90,8 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--max-new-tokens", type=int, default=48)
     ev.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="auto: bfloat16 where this CPU has bf16 instructions, else float32")
+    ev.add_argument("overrides", nargs="*", metavar="env.KEY=VALUE",
+                    help="env keys for the games, e.g. env.game=kuhn_poker")
     ev.add_argument("--board-format", default=None, choices=("lists", "grid"),
                     help="how boards are shown (default: the checkpoint's run's, else lists)")
 

@@ -33,7 +33,7 @@ def run_eval(args: argparse.Namespace) -> int:
             played, env_cfg = spec.eval_game(env_cfg, opponent, "random")
         except ValueError as err:
             raise UserError(f"--opponent: {err}") from None
-    from actors.evaluate import load_policy, play_games, score_positions
+    from actors.evaluate import game_rates, load_policy, play, score_positions
 
     engine = load_policy(checkpoint, args.dtype)
     samples = args.samples or 1
@@ -45,10 +45,13 @@ def run_eval(args: argparse.Namespace) -> int:
         summary = {"positions": len(positions), "samples": samples}
         print(f"{checkpoint}: {len(positions)} positions, {mode} replies, 95 % Wilson intervals")
     else:
-        rates = play_games(engine, env_cfg, args.games, samples, params)
-        summary = {"env": played, "opponent": opponent, "games": args.games * samples}
-        print(f"{checkpoint}: {args.games * samples} games of {played} against "
-              f"{opponent}, {mode}, 95 % Wilson intervals")
+        episodes = play(engine, env_cfg, args.games, samples, params)
+        rates = game_rates(episodes)
+        reward = sum(t.reward for t in episodes) / len(episodes)
+        summary = {"env": played, "opponent": opponent, "games": len(episodes),
+                   "reward_mean": round(reward, 4)}
+        print(f"{checkpoint}: {len(episodes)} games of {played} against {opponent}, {mode}, "
+              f"mean reward {reward:+.3f}, 95 % Wilson intervals")
     for name, rate in rates.items():
         print(f"  {name:<13} {rate}")
     print(json.dumps({"checkpoint": checkpoint, **summary,
@@ -58,22 +61,22 @@ def run_eval(args: argparse.Namespace) -> int:
 
 def _env_config(args: argparse.Namespace, trained: dict) -> EnvConfig:
     """The env config `arl eval` plays: `--env` with its defaults, or without it the env the
-    checkpoint was trained on with all its keys (a model folder: tictactoe); the board format
-    of `--board-format` where the env has one."""
-    if args.env is not None:
-        values = {"name": args.env}
-    elif trained:
-        values = dict(trained)
-    else:
-        values = {"name": "tictactoe"}
-    if args.board_format or "board_format" in trained:
-        values["board_format"] = args.board_format or trained["board_format"]
+    checkpoint was trained on with all its keys (a model folder: tictactoe); then the
+    `env.key=value` overrides, and `--board-format`."""
+    values = {"name": args.env} if args.env is not None else dict(trained or {"name": "tictactoe"})
+    overrides = list(args.overrides)
+    if args.board_format:
+        overrides.append(f"env.board_format={args.board_format}")
+    bad = [o for o in overrides if not o.startswith("env.") or "=" not in o]
+    if bad:
+        raise UserError(f"{bad[0]!r}: arl eval takes env.key=value overrides only")
+    given = {o.split("=", 1)[0][4:] for o in overrides}
     try:
-        cfg = load_config([], [f"env.name={values['name']}"], check_paths=False)
-        known = {k: v for k, v in values.items() if hasattr(cfg.env, k)}
-        return dataclasses.replace(cfg.env, **known)
+        cfg = load_config([], [f"env.name={values['name']}", *overrides], check_paths=False)
     except ConfigError as err:
-        raise UserError(f"--env: {err}") from None
+        raise UserError(str(err)) from None
+    kept = {k: v for k, v in values.items() if k not in given and hasattr(cfg.env, k)}
+    return dataclasses.replace(cfg.env, **kept)
 
 
 def _default_opponent(spec, env_cfg: EnvConfig) -> str:

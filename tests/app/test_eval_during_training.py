@@ -21,6 +21,7 @@ def test_eval_metrics_appear_in_metrics_jsonl(tmp_path, warm_model_dir):
                                                                      "illegal")]
             assert abs(sum(rates) - 1.0) < 1e-9  # every game ends one way
             assert row[f"eval/{opponent}_as_{seat}_nonloss"] == rates[0] + rates[1]
+            assert -1.0 <= row[f"eval/{opponent}_as_{seat}_reward"] <= 1.0
     for name in ("win_in_one", "block_in_one"):
         assert 0.0 <= row[f"eval/{name}_accuracy"] <= 1.0
     assert row["eval/policy_version"] == 2.0  # the weights after step 1's update
