@@ -21,3 +21,4 @@ pytestmark  # pytest's module marker
 one_thread  # a pytest fixture
 _one_thread_per_process  # an autouse fixture
 _local_ray  # an autouse fixture (tests/actors/test_model_files.py)
+make_agent  # named by env.agent in tests/envs/test_textarena.py

@@ -55,7 +55,6 @@ class EnvSpec:
     config       its config type: an `EnvConfig` subclass whose fields are the `env.*` keys
     outcomes     every `Outcome.kind` it reports (metrics log each, 0 when absent)
     max_turns    model turns a whole episode may take (evaluation plays to the end)
-    action       what one agent action is called in metrics and reports ("move", "square")
     check        optional (env_cfg, cfg) -> None that raises `arl.config.ConfigError` for
                  values that tie the env to other sections; run before Ray starts
     self_play    optional env_cfg -> rules or None: where this config plays a frozen
@@ -80,7 +79,6 @@ class EnvSpec:
     config: type = EnvConfig
     outcomes: tuple[str, ...] = ()
     max_turns: int = 1
-    action: str = "action"
     check: Callable[[Any, Any], None] | None = None
     self_play: Callable[[Any], Any] | None = None
     schedule: Callable[[Any, int], Any] | None = None

@@ -134,7 +134,6 @@ class GameEnv:
             start(self._rng)
         self.board = self.spec.initial
         self._moves: list[int] = []
-        self._invalid_calls = 0
         self._retries_left = self._cfg.max_retries
         self._done = False
         opening = ""
@@ -199,7 +198,6 @@ class GameEnv:
         return move
 
     def _invalid(self, reason: str) -> EnvStep:
-        self._invalid_calls += 1
         if self._cfg.invalid_action == "retry" and self._retries_left > 0:
             self._retries_left -= 1
             left = self._retries_left

@@ -227,7 +227,6 @@ SPEC = EnvSpec(
     config=OpenSpielConfig,
     outcomes=OUTCOMES,
     max_turns=200,
-    action="action",
     check=_check,
     eval_game=_eval_game,
     legal_calls=_legal_calls,

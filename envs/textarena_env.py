@@ -242,7 +242,6 @@ SPEC = EnvSpec(
     config=TextArenaConfig,
     outcomes=OUTCOMES,
     max_turns=64,
-    action="move",
     check=_check,
     eval_game=_eval_game,
 )
