@@ -4,8 +4,9 @@
 - a registered name: an `arl.envs` entry point of any installed package (arl registers its
   own games this way, in pyproject.toml), e.g. `tictactoe_move`;
 - `package.module:attr` for code outside arl, where `attr` is an `EnvSpec` or a factory
-  function `make(cfg) -> Env` whose first parameter is annotated with its config type (an
-  `EnvConfig` subclass; unannotated: plain `EnvConfig`).
+  function `make(cfg) -> Env` (or `make(cfg, ctx)`) whose first parameter is annotated with
+  its config type (an `EnvConfig` subclass; unannotated: plain `EnvConfig`); the factory's
+  optional attributes `outcomes` and `max_turns` fill those fields of its spec.
 
 The core reads every game fact it needs from the spec (outcome kinds, turn budget, what an
 action is called) and from the typed `Outcome` an env reports on an episode's last step; it
