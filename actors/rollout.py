@@ -21,7 +21,6 @@ from arl.config import EnvConfig, ModelConfig, RolloutConfig
 from arl.env_spec import EnvContext, resolve_env
 from arl.episode import ChatRenderer, run_episodes
 from arl.types import EpisodeSummary, SamplingParams, Trajectory
-from envs.opponents import PolicyOpponent
 from learner.model import set_torch_threads
 
 
@@ -53,9 +52,9 @@ class RolloutWorker:
         # Self-play: a frozen snapshot of the policy plays the opponent (actors/snapshot_policy).
         self.spec = resolve_env(env.name)
         self.snapshot: SnapshotPolicy | None = None
-        rules = self.spec.self_play(env) if self.spec.self_play is not None else None
-        if rules is not None:
-            self.snapshot = SnapshotPolicy(model.path, rules, env, rollout.temperature)
+        self.self_play = self.spec.self_play(env) if self.spec.self_play is not None else None
+        if self.self_play is not None:
+            self.snapshot = SnapshotPolicy(model.path, rollout.temperature)
         self.sync: SyncGroup | None = None  # this worker's end of a collective weight sync
 
     def collect(
@@ -98,17 +97,18 @@ class RolloutWorker:
         # The learner trains on token ids; the messages travel only in transcripts.
         return summaries, [dataclasses.replace(t, messages=()) for t in trajectories]
 
-    def _opponent(self) -> PolicyOpponent | None:
+    def _opponent(self) -> Any:
+        """The env's opponent backed by the snapshot (self-play), else None."""
         if self.snapshot is None:
             return None
-        return PolicyOpponent(self.snapshot, self.snapshot.spec.legal_moves)
+        return self.self_play.opponent(self.snapshot.choose)
 
     def update_weights(self, weights: Mapping[str, Any], version: int) -> int:
         """Load `weights` as `version` (and into the self-play snapshot every
         `env.opponent_refresh_every` versions); return this process's pid, which tells the
         driver whether the worker it talks to is a rebuilt one."""
         self.engine.update_weights(weights, version)
-        if self.snapshot is not None and version % self.snapshot.refresh_every == 0:
+        if self.snapshot is not None and version % self.self_play.refresh_every == 0:
             self.snapshot.load(weights, version)
         return os.getpid()
 

@@ -241,7 +241,6 @@ def prompt_tokens(cfg: Config, samples: int = 32) -> int:
 
     from arl.env_spec import EnvContext, resolve_env
     from arl.episode import ChatRenderer
-    from envs.opponents import RandomOpponent
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(cfg.model.path, local_files_only=True)
@@ -254,9 +253,10 @@ def prompt_tokens(cfg: Config, samples: int = 32) -> int:
                         "--prompt-tokens N")
     renderer = ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
     spec = resolve_env(cfg.env.name)
-    rules = spec.self_play(cfg.env) if spec.self_play is not None else None
-    # a snapshot opponent only moves: a random one gives the same prompts
-    opponent = RandomOpponent(rules.legal_moves) if rules is not None else None
+    self_play = spec.self_play(cfg.env) if spec.self_play is not None else None
+    # a snapshot opponent only moves: a random chooser gives the same prompts
+    opponent = None if self_play is None else self_play.opponent(
+        lambda prompt, calls, rng: rng.randrange(len(calls)))
     env = spec.make(cfg.env, EnvContext(opponent=opponent))
     return max(len(renderer.prompt_ids(env.reset(seed))) for seed in range(samples))
 

@@ -49,6 +49,18 @@ class EnvContext:
 
 
 @dataclass(frozen=True)
+class SelfPlay:
+    """How an env plays a frozen snapshot of the policy. The rollout worker keeps the
+    snapshot (new weights every `refresh_every` learner steps) and hands `opponent(choose)`
+    to each env as `EnvContext.opponent`, where `choose(prompt, calls, rng) -> index` is the
+    snapshot's pick among well-formed `calls` (ToolCalls) after `prompt` (an EnvReset: what
+    the agent would be asked in the opponent's seat)."""
+
+    opponent: Callable[[Callable[..., int]], Any]
+    refresh_every: int
+
+
+@dataclass(frozen=True)
 class EnvSpec:
     """One env as the core sees it.
 
@@ -58,10 +70,8 @@ class EnvSpec:
     max_turns    model turns a whole episode may take (evaluation plays to the end)
     check        optional (env_cfg, cfg) -> None that raises `arl.config.ConfigError` for
                  values that tie the env to other sections; run before Ray starts
-    self_play    optional env_cfg -> rules or None: where this config plays a frozen
-                 snapshot of the policy, the game rules it plays by (an
-                 `envs.game_env.GameSpec`); the rollout worker then supplies the snapshot
-                 as `EnvContext.opponent`
+    self_play    optional env_cfg -> SelfPlay or None: how this config plays a frozen
+                 snapshot of the policy, where it does
     schedule     optional (env_cfg, version) -> env_cfg: the config the episodes played
                  with the weights of learner step `version` use (a curriculum)
     eval_game    optional (env_cfg, opponent, seat) -> (env name, env_cfg): the full game
@@ -81,7 +91,7 @@ class EnvSpec:
     outcomes: tuple[str, ...] = ()
     max_turns: int = 1
     check: Callable[[Any, Any], None] | None = None
-    self_play: Callable[[Any], Any] | None = None
+    self_play: Callable[[Any], SelfPlay | None] | None = None
     schedule: Callable[[Any, int], Any] | None = None
     eval_game: Callable[[Any, str, str], tuple[str, Any]] | None = None
     position: Callable[[Any, dict], tuple[Env, tuple[int, ...]]] | None = None

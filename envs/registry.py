@@ -8,15 +8,17 @@ other sections (run by `arl.config.load_config`, before Ray starts).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from arl.config import Config, ConfigError
-from arl.env_spec import EnvContext, EnvSpec
+from arl.env_spec import EnvContext, EnvSpec, SelfPlay
 from arl.protocols import Env
+from arl.types import ToolCall
 from envs.config import ConnectFourConfig, FullGameConfig, MoveTaskConfig, TicTacToeConfig
 from envs.connect_four import SPEC as CONNECT_FOUR_RULES
 from envs.connect_four import make_connect_four
-from envs.game_env import GameSpec
-from envs.opponents import opponent_schedule, parse_opponent
+from envs.game_env import GameSpec, position_prompt
+from envs.opponents import PolicyOpponent, opponent_schedule, parse_opponent
 from envs.tictactoe import SPEC as TICTACTOE_RULES
 from envs.tictactoe import make_tictactoe
 from envs.tictactoe_move import OUTCOMES as MOVE_OUTCOMES
@@ -61,12 +63,25 @@ def _check_tictactoe(env: TicTacToeConfig, cfg: Config) -> None:
 
 
 def _self_play(name: str):
-    """self_play of a full game: its rules where a snapshot of the policy is an opponent."""
-    def rules(env: FullGameConfig) -> GameSpec | None:
-        plays = env.opponent == "policy" or (env.opponent == "pool"
-                                             and "policy" in env.opponent_pool)
-        return GAME_RULES[name] if plays else None
-    return rules
+    """self_play of a full game: where a snapshot of the policy is an opponent, it is asked
+    what the agent is asked at the start of a game, for its own mark on the current board
+    (`position_prompt`), and picks among the calls of the legal moves."""
+    def self_play(env: FullGameConfig) -> SelfPlay | None:
+        if not (env.opponent == "policy" or (env.opponent == "pool"
+                                             and "policy" in env.opponent_pool)):
+            return None
+        return SelfPlay(functools.partial(board_policy, GAME_RULES[name], env),
+                        env.opponent_refresh_every)
+    return self_play
+
+
+def board_policy(rules: GameSpec, env: FullGameConfig, choose) -> PolicyOpponent:
+    """A full game's opponent that plays `choose`'s pick (see arl.env_spec.SelfPlay)."""
+    def move(board, player, rng) -> int:
+        legal = rules.legal_moves(board)
+        calls = [ToolCall(rules.tool.name, {rules.arg: m}) for m in legal]
+        return legal[choose(position_prompt(rules, env, board, player), calls, rng)]
+    return PolicyOpponent(move, rules.legal_moves)
 
 
 def _game_against(name: str):

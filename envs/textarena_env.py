@@ -11,7 +11,9 @@ was wrong with the call.
 
 Opponents (`env.opponent`, two-player games): random (a uniformly random legal move) and
 minimax (perfect play; TicTacToe only, by arl's own tic-tac-toe rules), for the games whose
-legal moves arl can read from TextArena's state (`LEGAL_MOVES`); or agent: any TextArena
+legal moves arl can read from TextArena's state (`LEGAL_MOVES`); policy: a frozen snapshot
+of the policy (self-play), asked with the opponent's own observations so far and picking
+among the calls of the legal moves; or agent: any TextArena
 agent (a callable from the observation text to the move, such as `textarena.agents`' API
 agents), built by the zero-argument factory `env.agent` names (`package.module:attr`).
 Single-player games (`env.num_players: 1`) have none.
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from arl.config import ConfigError, EnvConfig
-from arl.env_spec import EnvSpec
+from arl.env_spec import EnvSpec, SelfPlay
 from arl.schema import opt
 from arl.types import EnvReset, EnvStep, Message, Outcome, ParsedTurn, ToolCall, ToolSchema
 from envs import tictactoe_rules
@@ -51,8 +53,11 @@ class TextArenaConfig(EnvConfig):
     game: str = opt("TicTacToe-v0-raw", "a TextArena env id (textarena.make)")
     num_players: int = opt(2, "players of the game: 2 (the agent and an opponent) or 1",
                            check="positive")
-    opponent: str = opt("random", "two-player games: random, minimax (TicTacToe) or agent",
-                        choices=("random", "minimax", "agent"))
+    opponent: str = opt("random", "two-player games: random, minimax (TicTacToe), policy (a "
+                        "frozen snapshot of the policy) or agent",
+                        choices=("random", "minimax", "policy", "agent"))
+    opponent_refresh_every: int = opt(10, "opponent=policy: steps between refreshes of the "
+                                      "snapshot", check="positive")
     agent: str = opt("", "opponent=agent: package.module:attr, a zero-argument factory of a "
                      "TextArena agent (observation text -> move)")
     seat: str = opt("random", "the agent's player id; random: drawn from the episode seed",
@@ -121,8 +126,11 @@ def _core(env: Any) -> Any:
 class TextArenaEnv:
     """One TextArena game from one seat; implements `arl.protocols.Env`."""
 
-    def __init__(self, cfg: TextArenaConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: TextArenaConfig, policy: Callable[..., int] | None = None):
+        """`policy`: with opponent=policy, the snapshot's chooser (arl.env_spec.SelfPlay)."""
+        if cfg.opponent == "policy" and policy is None:
+            raise ValueError("opponent 'policy' needs the snapshot's chooser (self-play)")
+        self.cfg, self._policy = cfg, policy
         self._legal = _table(LEGAL_MOVES, cfg.game)
         self._best = _table(BEST_MOVES, cfg.game)
         self._agent = load_agent(cfg.agent)() if cfg.opponent == "agent" else None
@@ -136,6 +144,7 @@ class TextArenaEnv:
         self.env = make_game(self.cfg.game)
         self.env.reset(num_players=self.cfg.num_players, seed=seed)
         self._moves, self._steps, self._done = 0, 0, False
+        self._seen: list[str] = []  # the opponent's observations so far (self-play prompts)
         self._opponent_turns()  # the opponent may open
         system = (f"You play {self.cfg.game.split('-')[0]} as player {self.agent}. Reply with "
                   f"one {PLAY.name} tool call per turn.")
@@ -169,6 +178,7 @@ class TextArenaEnv:
         core = _core(self.env)
         while core.state.current_player_id != self.agent and self._steps < self.cfg.max_steps:
             _, seen = self.env.get_observation()  # the opponent's view, not the agent's
+            self._seen += [text for _, text, *_ in seen]
             if self._send(self._opponent_move(core.state, seen)):
                 return True
         return False
@@ -178,10 +188,23 @@ class TextArenaEnv:
             return str(self._agent("\n".join(text for _, text, *_ in seen)))
         if self._legal is None:
             raise RuntimeError(f"arl cannot read the legal moves of {self.cfg.game}")
+        if self._policy is not None:
+            return self._snapshot_move(state)
         mark = "X" if state.current_player_id == 1 else "O"  # TextArena's TicTacToe marks
         if self.cfg.opponent == "minimax" and self._best is not None:
             return self._rng.choice(self._best(state, mark))
         return self._rng.choice(self._legal(state))
+
+    def _snapshot_move(self, state: Any) -> str:
+        """The snapshot's pick among the legal moves, asked as the agent is asked."""
+        player = state.current_player_id
+        system = (f"You play {self.cfg.game.split('-')[0]} as player {player}. Reply with "
+                  f"one {PLAY.name} tool call per turn.")
+        prompt = EnvReset((Message("system", system), Message("user", "\n".join(self._seen))),
+                          (PLAY,))
+        moves = self._legal(state)
+        calls = [ToolCall(PLAY.name, {"move": m}) for m in moves]
+        return moves[self._policy(prompt, calls, self._rng)]
 
     def _observe(self) -> str:
         """The agent's new observations, as TextArena wrote them (its own moves left out)."""
@@ -226,6 +249,12 @@ def _check(env: TextArenaConfig, cfg: Any) -> None:
         raise ConfigError("env.opponent", f"no minimax opponent for {env.game!r}")
 
 
+def _self_play(env: TextArenaConfig) -> SelfPlay | None:
+    """The snapshot's chooser is the env's opponent as it is (see TextArenaEnv)."""
+    return SelfPlay(lambda choose: choose, env.opponent_refresh_every) \
+        if env.opponent == "policy" else None
+
+
 def _eval_game(env: TextArenaConfig, opponent: str, seat: str) -> tuple[str, TextArenaConfig]:
     if env.num_players != 2:
         raise ValueError(f"{env.game} is a one-player game: set eval.opponents=[]")
@@ -238,10 +267,11 @@ def _eval_game(env: TextArenaConfig, opponent: str, seat: str) -> tuple[str, Tex
 
 SPEC = EnvSpec(
     name="textarena",
-    factory=lambda cfg, ctx: TextArenaEnv(cfg),
+    factory=lambda cfg, ctx: TextArenaEnv(cfg, ctx.opponent),
     config=TextArenaConfig,
     outcomes=OUTCOMES,
     max_turns=64,
     check=_check,
     eval_game=_eval_game,
+    self_play=_self_play,
 )

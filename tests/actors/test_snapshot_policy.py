@@ -8,34 +8,45 @@ import random
 import numpy as np
 
 from actors.snapshot_policy import SnapshotPolicy
+from arl.types import ToolCall
 from envs import tictactoe_rules as rules
-from envs.registry import env_config, game_spec
+from envs.game_env import position_prompt
+from envs.registry import board_policy, env_config, game_spec
+
+
+def _board_calls(board):
+    return [ToolCall("choose_square", {"square": m}) for m in rules.legal_moves(board)]
 
 
 def test_the_snapshot_plays_legal_moves_reproducibly(warm_model_dir):
     cfg = env_config(name="tictactoe", opponent="policy")
-    policy = SnapshotPolicy(warm_model_dir, game_spec("tictactoe"), cfg, temperature=1.0)
+    policy = SnapshotPolicy(warm_model_dir, temperature=1.0)
+    opponent = board_policy(game_spec("tictactoe"), cfg, policy.choose)
     board = tuple("X...O....")
-    moves = [policy(board, "X", random.Random(s)) for s in range(30)]
-    assert set(moves) <= set(rules.legal_moves(board))
-    assert moves == [policy(board, "X", random.Random(s)) for s in range(30)]
-    scores = policy._score(board, "X")
-    assert set(scores) == set(rules.legal_moves(board)) and all(v < 0 for v in scores.values())
-    greedy = SnapshotPolicy(warm_model_dir, game_spec("tictactoe"), cfg, temperature=0.0)
-    assert greedy(board, "X", random.Random(0)) == max(scores, key=scores.get)
+    moves = [opponent.choose(board, "X", random.Random(s)) for s in range(30)]
+    assert set(moves) <= set(rules.legal_moves(board)) and opponent.fallback_count == 0
+    assert moves == [opponent.choose(board, "X", random.Random(s)) for s in range(30)]
+    assert len(set(moves)) > 1  # sampled at temperature 1
+    prompt = position_prompt(game_spec("tictactoe"), cfg, board, "X")
+    scores = policy.scores(prompt, _board_calls(board))
+    assert len(scores) == len(rules.legal_moves(board)) and all(v < 0 for v in scores)
+    greedy = SnapshotPolicy(warm_model_dir, temperature=0.0)
+    best = rules.legal_moves(board)[max(range(len(scores)), key=scores.__getitem__)]
+    assert board_policy(game_spec("tictactoe"), cfg, greedy.choose).choose(
+        board, "X", random.Random(0)) == best
 
 
 def test_a_refresh_loads_new_weights_and_forgets_old_scores(warm_model_dir):
     cfg = env_config(name="tictactoe", opponent="policy")
-    policy = SnapshotPolicy(warm_model_dir, game_spec("tictactoe"), cfg, temperature=1.0)
+    policy = SnapshotPolicy(warm_model_dir, temperature=1.0)
     board = tuple("XO.......")
-    before = policy._score(board, "X")
-    policy(board, "X", random.Random(0))
+    prompt = position_prompt(game_spec("tictactoe"), cfg, board, "X")
+    before = policy.scores(prompt, _board_calls(board))
     weights = {k: v.detach().numpy() * 0.5 for k, v in policy.model.state_dict().items()}
     policy.load(weights, version=10)
     assert policy.version == 10 and not policy._scores
-    after = policy._score(board, "X")
-    assert not np.allclose(list(before.values()), list(after.values()))
+    after = policy.scores(prompt, _board_calls(board))
+    assert not np.allclose(before, after)
 
 
 def test_self_play_trains_on_ray(tmp_path, warm_model_dir):

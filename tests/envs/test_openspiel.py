@@ -56,6 +56,7 @@ def test_config_refuses_what_the_adapter_cannot_play():
         _env_cfg("env.game=leduc_poker(players=3)")
 
 
+@pytest.mark.slow  # make test-slow (CI runs it, with the extra installed)
 def test_trains_three_steps_on_ray(tmp_path, warm_model_dir):
     from app.train import train
 

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("textarena", reason="the textarena extra: pip install -e '.[textarena]'")
 
 from arl.config import ConfigError, load_config  # noqa: E402
-from arl.env_spec import resolve_env  # noqa: E402
+from arl.env_spec import EnvContext, resolve_env  # noqa: E402
 from arl.types import ToolCall, ToolCallError, ToolCallErrorKind  # noqa: E402
 from envs.check import check_spec  # noqa: E402
 from tests.builders import CI, ci_config, metrics_rows  # noqa: E402
@@ -70,6 +70,26 @@ def test_a_textarena_agent_is_the_opponent():
     assert step.outcome.kind == "win"  # four in column 0 before the agent's four in column 6
 
 
+def test_self_play_asks_the_snapshot_with_the_opponents_view():
+    cfg = _env_cfg("env.game=TicTacToe-v0-raw", "env.opponent=policy", "env.seat=0")
+    asked = []
+
+    def choose(prompt, calls, rng):  # the snapshot's chooser: the last legal move
+        asked.append((prompt, calls))
+        return len(calls) - 1
+
+    spec = resolve_env("textarena")
+    assert spec.self_play(cfg).refresh_every == cfg.opponent_refresh_every
+    env = spec.make(cfg, EnvContext(opponent=spec.self_play(cfg).opponent(choose)))
+    env.reset(0)
+    step = env.step(ToolCall("play", {"move": "[0]"}))
+    prompt, calls = asked[0]
+    assert calls[-1] == ToolCall("play", {"move": "[8]"}) and len(calls) == 8
+    assert "Player 1" in prompt.messages[1].content and "placed their symbol" in \
+        prompt.messages[1].content  # the opponent's own view, the agent's move in it
+    assert not step.terminated and "cell 8" in step.messages[0].content
+
+
 def test_config_refuses_unknown_games_and_opponents():
     with pytest.raises(ConfigError, match="env.game"):
         _env_cfg("env.game=NoSuchGame-v0")
@@ -79,6 +99,7 @@ def test_config_refuses_unknown_games_and_opponents():
         _env_cfg("env.opponent=agent", "env.agent=no.such:thing")
 
 
+@pytest.mark.slow  # make test-slow (CI runs it, with the extra installed)
 def test_trains_three_steps_on_ray(tmp_path, warm_model_dir):
     from app.train import train
 
