@@ -24,6 +24,7 @@ The first WARMUP steps are left out. Medians over the repeats; the last line is 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import sys
@@ -37,6 +38,7 @@ from actors.engines.hf import HFEngine
 from app.train import train
 from arl.config import Config, load_config
 from arl.episode import ChatRenderer
+from arl.model_path import local_path
 from arl.steps import start_states
 from arl.types import SamplingParams
 from envs.registry import make_env
@@ -52,6 +54,9 @@ def loop_run(out: str) -> tuple[Config, list[dict]]:
     cfg = load_config([CONFIG], [f"steps={STEPS}", f"output_dir={out}", "wandb.mode=disabled",
                                  "ray.address=local", "learner.checkpoint_every=0"])
     train(cfg, use_ray=True)
+    # the bare pieces load the same folder (a cache:<name> path names one in $ARL_HOME)
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(
+        cfg.model, path=local_path(cfg.model.path)))
     with open(f"{out}/{cfg.run_name}/metrics.jsonl", encoding="utf-8") as f:
         return cfg, [json.loads(line) for line in f][WARMUP:]
 
