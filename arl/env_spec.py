@@ -6,7 +6,8 @@
 - `package.module:attr` for code outside arl, where `attr` is an `EnvSpec` or a factory
   function `make(cfg) -> Env` (or `make(cfg, ctx)`) whose first parameter is annotated with
   its config type (an `EnvConfig` subclass; unannotated: plain `EnvConfig`); the factory's
-  optional attributes `outcomes` and `max_turns` fill those fields of its spec.
+  optional attributes `outcomes`, `max_turns` and `legal_calls` fill those fields of its
+  spec.
 
 The core reads every game fact it needs from the spec (outcome kinds, turn budget, what an
 action is called) and from the typed `Outcome` an env reports on an episode's last step; it
@@ -124,7 +125,8 @@ def spec_from_factory(name: str, factory: Callable[..., Env]) -> EnvSpec:
 
     outcomes = tuple(getattr(factory, "outcomes", ()))
     return EnvSpec(name=name, factory=build, config=config, outcomes=outcomes,
-                   max_turns=int(getattr(factory, "max_turns", 1)))
+                   max_turns=int(getattr(factory, "max_turns", 1)),
+                   legal_calls=getattr(factory, "legal_calls", None))
 
 
 def registered_names() -> list[str]:

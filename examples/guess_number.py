@@ -114,3 +114,8 @@ def make(cfg: GuessConfig) -> GuessNumberEnv:
 
 make.outcomes = ("found", "missed", "invalid")  # logged as rollout/outcome_<kind>, 0 if absent
 make.max_turns = 20  # the most turns an episode of any config may take (evaluation)
+# Every legal guess, for a format warm start with uniformly random legal moves (`arl warmstart
+# examples/guess_number_warmstart.yaml`): the whole range, not the interval still open, which
+# would teach the strategy.
+make.legal_calls = lambda env: [ToolCall(GUESS.name, {"number": n})
+                                for n in range(env.cfg.low, env.cfg.high + 1)]
