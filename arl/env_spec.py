@@ -150,7 +150,10 @@ def resolve_env(name: str) -> EnvSpec:
         return _as_spec(name, target)
     found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
     if not found:
-        known = ", ".join(registered_names()) or "none installed"
+        known = ", ".join(registered_names())
+        if not known:  # arl's own are entry points too: an install older than them
+            raise UserError(f"unknown env {name!r}: no env is installed; reinstall arl "
+                            "(pip install -e .) to register its own")
         raise UserError(f"unknown env {name!r}: registered envs are {known}; or name a "
                         "factory as package.module:make")
     return _as_spec(name, found[0].load())

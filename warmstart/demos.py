@@ -78,18 +78,25 @@ def game_examples(cfg: TicTacToeConfig, n: int, seed: int, malformed_fraction: f
     round(n * malformed_fraction) targets are malformed, the rest legal, in shuffled order."""
     if cfg.name != "tictactoe":
         raise ValueError(f"game demos exist for tictactoe only, not {cfg.name!r}")
-    n_malformed = round(n * malformed_fraction)
-    if not 0 <= n_malformed <= n:
-        raise ValueError("malformed_fraction must be in [0, 1]")
     rng = random.Random(seed)
-    kinds = ["malformed"] * n_malformed + ["legal"] * (n - n_malformed)
-    rng.shuffle(kinds)
+    kinds = legal_or_malformed(n, malformed_fraction, rng)
     env = make_tictactoe(cfg)
     demos = []
     for kind in kinds:
         prompt = _game_prefix(env, rng)
         demos.append(Demo(prompt, _target(kind, env.board, rng), kind))
     return demos
+
+
+def legal_or_malformed(n: int, malformed_fraction: float, rng: random.Random) -> list[str]:
+    """`n` target kinds in `rng`'s shuffled order: exactly round(n * malformed_fraction)
+    "malformed", the rest "legal"."""
+    n_malformed = round(n * malformed_fraction)
+    if not 0 <= n_malformed <= n:
+        raise ValueError("malformed_fraction must be in [0, 1]")
+    kinds = ["malformed"] * n_malformed + ["legal"] * (n - n_malformed)
+    rng.shuffle(kinds)
+    return kinds
 
 
 def _game_prefix(env: GameEnv, rng: random.Random) -> EnvReset:

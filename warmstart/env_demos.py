@@ -15,7 +15,7 @@ from arl.config import EnvConfig
 from arl.env_spec import EnvSpec
 from arl.tools import format_tool_call, parse_tool_call
 from arl.types import EnvReset, Message, ToolCall
-from warmstart.demos import Demo
+from warmstart.demos import Demo, legal_or_malformed
 
 MAX_PREFIX_TURNS = 8
 
@@ -26,12 +26,8 @@ def env_examples(spec: EnvSpec, cfg: EnvConfig, n: int, seed: int,
     round(n * malformed_fraction) malformed targets, the rest legal, in shuffled order."""
     if spec.legal_calls is None:
         raise ValueError(f"env {spec.name!r} does not name its legal calls (EnvSpec.legal_calls)")
-    n_malformed = round(n * malformed_fraction)
-    if not 0 <= n_malformed <= n:
-        raise ValueError("malformed_fraction must be in [0, 1]")
     rng = random.Random(seed)
-    kinds = ["malformed"] * n_malformed + ["legal"] * (n - n_malformed)
-    rng.shuffle(kinds)
+    kinds = legal_or_malformed(n, malformed_fraction, rng)
     env = spec.make(cfg)
     demos = []
     for kind in kinds:
