@@ -95,7 +95,7 @@ def warmstart(cfg: Config, force: bool = False) -> dict[str, object]:
     with open(os.path.join(out, STAMP_FILE), "w", encoding="utf-8") as f:
         json.dump(record, f, indent=2)
     print(f"warm-start model saved to {out} in {trained:.0f}s; "
-          f"on {report.episodes} boards: parse rate {report.parse_rate:.1%}, "
+          f"on {report.episodes} episodes: parse rate {report.parse_rate:.1%}, "
           f"mean reward {report.reward_mean:+.3f}")
     print(json.dumps(record["eval"]))
     return record
