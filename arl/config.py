@@ -65,8 +65,8 @@ def load_config(
     spec = _env_spec(sources)
     merged = OmegaConf.structured(Config)
     merged.env = OmegaConf.structured(spec.config)
-    for source, node in sources:
-        if source in overrides:
+    for i, (source, node) in enumerate(sources):
+        if i >= len(paths):  # an override: it may only set a key the schema has
             key = source.split("=", 1)[0].strip()
             if OmegaConf.select(merged, key, default=_MISSING) is _MISSING:
                 raise ConfigError(key, _unknown(key, spec))
@@ -99,6 +99,8 @@ def _load_yaml(path: str) -> Any:
     """A YAML file as an omegaconf node; ConfigError with the line for malformed YAML."""
     import yaml
 
+    if not os.path.isfile(path):
+        raise ConfigError("<file>", f"config file not found: {path}")
     try:
         node = OmegaConf.load(path)
     except yaml.YAMLError as err:

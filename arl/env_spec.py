@@ -9,8 +9,8 @@
   optional attributes `outcomes`, `max_turns` and `legal_calls` fill those fields of its
   spec.
 
-The core reads every game fact it needs from the spec (outcome kinds, turn budget, what an
-action is called) and from the typed `Outcome` an env reports on an episode's last step; it
+The core reads every game fact it needs from the spec (outcome kinds, turn budget, the hooks
+below) and from the typed `Outcome` an env reports on an episode's last step; it
 never names a game. Resolving imports the env's module, so it may run in any process: a
 rollout worker resolves the same name to the same spec.
 """

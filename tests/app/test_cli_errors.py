@@ -35,6 +35,18 @@ def test_malformed_yaml_names_the_file_and_line(tmp_path):
     _one_line_exit_2(_arl("train", str(bad)), "bad.yaml:", "not valid YAML")
 
 
+def test_config_file_that_does_not_exist(tmp_path):
+    _one_line_exit_2(_arl("train", str(tmp_path / "nope.yaml")), "config file not found",
+                     "nope.yaml")
+
+
+def test_a_key_of_another_env_and_an_unknown_env():
+    _one_line_exit_2(_arl("train", "configs/ci.yaml", "env.opponent=random"),
+                     "env.opponent", "unknown key of env 'tictactoe_move'")
+    _one_line_exit_2(_arl("train", "configs/ci.yaml", "env.name=nope"),
+                     "env.name", "unknown env 'nope'", "tictactoe")
+
+
 def test_yaml_that_is_not_a_mapping(tmp_path):
     bad = tmp_path / "list.yaml"
     bad.write_text("- steps\n- 3\n")
