@@ -168,9 +168,10 @@ def score_positions(engine: RolloutEngine, env_cfg: EnvConfig, rows: list[dict],
     spec = resolve_env(env_cfg.name)
     if spec.position is None:
         raise ValueError(f"env {spec.name!r} reads no positions files")
-    good_moves = [spec.position(env_cfg, row)[1] for row in rows]
-    starts = [(spec.position(env_cfg, row)[0], params.seed + i, i)  # an env per episode
-              for i, row in enumerate(rows) for _ in range(samples)]
+    built = [(i, *spec.position(env_cfg, row))  # an env per episode
+             for i, row in enumerate(rows) for _ in range(samples)]
+    good_moves = {i: good for i, _, good in built}
+    starts = [(env, params.seed + i, i) for i, env, _ in built]
     played = run_episodes(engine, _renderer(engine), starts, params, max_turns=1)
     good = sum(t.outcome is not None and bool(t.outcome.actions)
                and t.outcome.actions[0] in good_moves[t.group_id] for t in played)

@@ -22,6 +22,7 @@ of the return, or invalid.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -210,8 +211,6 @@ def _eval_game(env: OpenSpielConfig, opponent: str, seat: str) -> tuple[str, Ope
     if opponent not in BOTS:
         raise ValueError(f"opponent must be one of {list(BOTS)} for OpenSpiel games; "
                          f"got {opponent!r}")
-    import dataclasses
-
     seat_id = {"X": "0", "O": "1"}.get(seat, seat)
     return env.name, dataclasses.replace(env, opponent=opponent, seat=seat_id)
 

@@ -147,10 +147,9 @@ def _pool_member(cfg: FullGameConfig, game: str, spec: str, policy: Opponent | N
     """A pool entry: random | minimax | policy | eps:<p>."""
     if spec == "policy":
         return make_opponent(dataclasses.replace(cfg, opponent="policy"), game, policy)
-    if spec.startswith("eps:"):
-        eps = dataclasses.replace(cfg, opponent="eps_minimax", opponent_epsilon=float(spec[4:]))
-        return _rule_opponent(eps, game)
-    return _rule_opponent(dataclasses.replace(cfg, opponent=spec), game)
+    choice = parse_opponent(spec)
+    return _rule_opponent(dataclasses.replace(cfg, opponent=choice.name,
+                                              opponent_epsilon=choice.epsilon), game)
 
 
 def _rule_opponent(cfg: FullGameConfig, game: str) -> Opponent:

@@ -11,7 +11,7 @@ import dataclasses
 import functools
 
 from arl.config import Config, ConfigError
-from arl.env_spec import EnvContext, EnvSpec, SelfPlay
+from arl.env_spec import EnvContext, EnvSpec, SelfPlay, resolve_env
 from arl.protocols import Env
 from arl.types import ToolCall
 from envs.config import ConnectFourConfig, FullGameConfig, MoveTaskConfig, TicTacToeConfig
@@ -95,12 +95,9 @@ def _game_against(name: str):
 
 def _move_task_game(env: MoveTaskConfig, opponent: str, seat: str) -> tuple[str, FullGameConfig]:
     """The one-move task is evaluated in full tic-tac-toe games with its board format."""
-    choice = parse_opponent(opponent)
-    return "tictactoe", TicTacToeConfig(name="tictactoe", opponent=choice.name,
-                                        opponent_epsilon=choice.epsilon, seat=seat,
-                                        board_format=env.board_format,
-                                        reward_invalid=env.reward_invalid,
-                                        reward_win=env.reward_win)
+    game = TicTacToeConfig(name="tictactoe", board_format=env.board_format,
+                           reward_invalid=env.reward_invalid, reward_win=env.reward_win)
+    return _game_against("tictactoe")(game, opponent, seat)
 
 
 def _position_of(env: MoveTaskConfig | TicTacToeConfig, row: dict) -> tuple[Env, tuple[int, ...]]:
@@ -120,30 +117,20 @@ TICTACTOE_MOVE = EnvSpec(
     position=_position_of,
 )
 
-TICTACTOE = EnvSpec(
-    name="tictactoe",
-    factory=lambda cfg, ctx: make_tictactoe(cfg, ctx.opponent),
-    config=TicTacToeConfig,
-    outcomes=GAME_OUTCOMES,
-    max_turns=9,
-    check=_check_tictactoe,
-    self_play=_self_play("tictactoe"),
-    schedule=opponent_schedule,
-    eval_game=_game_against("tictactoe"),
-    position=_position_of,
-)
 
-CONNECT_FOUR = EnvSpec(
-    name="connect_four",
-    factory=lambda cfg, ctx: make_connect_four(cfg, ctx.opponent),
-    config=ConnectFourConfig,
-    outcomes=GAME_OUTCOMES,
-    max_turns=24,
-    check=_check_full_game,
-    self_play=_self_play("connect_four"),
-    schedule=opponent_schedule,
-    eval_game=_game_against("connect_four"),
-)
+def _full_game(name: str, make, config: type, max_turns: int, check, **hooks) -> EnvSpec:
+    """The spec of one of arl's full games: its opponents (self-play included), the epsilon
+    curriculum and evaluation games come with every one."""
+    return EnvSpec(name=name, factory=lambda cfg, ctx: make(cfg, ctx.opponent), config=config,
+                   outcomes=GAME_OUTCOMES, max_turns=max_turns, check=check,
+                   self_play=_self_play(name), schedule=opponent_schedule,
+                   eval_game=_game_against(name), **hooks)
+
+
+TICTACTOE = _full_game("tictactoe", make_tictactoe, TicTacToeConfig, 9, _check_tictactoe,
+                       position=_position_of)
+CONNECT_FOUR = _full_game("connect_four", make_connect_four, ConnectFourConfig, 24,
+                          _check_full_game)
 
 
 def env_config(name: str = "tictactoe_move", **values: object):
@@ -155,6 +142,4 @@ def env_config(name: str = "tictactoe_move", **values: object):
 def make_env(cfg, opponent=None, variant: int = 0) -> Env:
     """An env of any registered spec for `cfg` (by `cfg.name`), with an optional
     `opponent` (self-play) and the episode's `variant` (see `arl.env_spec.EnvContext`)."""
-    from arl.env_spec import resolve_env
-
     return resolve_env(cfg.name).make(cfg, EnvContext(variant, opponent))

@@ -143,13 +143,10 @@ class TextArenaEnv:
         self.agent = (drawn if self.cfg.seat == "random" else int(self.cfg.seat)) if two else 0
         self.env = make_game(self.cfg.game)
         self.env.reset(num_players=self.cfg.num_players, seed=seed)
-        self._moves, self._steps, self._done = 0, 0, False
+        self._steps, self._done = 0, False
         self._seen: list[str] = []  # the opponent's observations so far (self-play prompts)
         self._opponent_turns()  # the opponent may open
-        system = (f"You play {self.cfg.game.split('-')[0]} as player {self.agent}. Reply with "
-                  f"one {PLAY.name} tool call per turn.")
-        return EnvReset((Message("system", system), Message("user", self._observe())),
-                        (PLAY,))
+        return self._prompt(self.agent, self._observe())
 
     def step(self, turn: ParsedTurn) -> EnvStep:
         if self._done is None or self._done:
@@ -161,7 +158,6 @@ class TextArenaEnv:
             why = turn.message if not isinstance(turn, ToolCall) else \
                 f"call {PLAY.name} with one string argument, move"
             move, note = "", f"Invalid tool call: {why.rstrip('.')}.\n"
-        self._moves += 1
         over = self._send(move) or self._opponent_turns()
         text = note + self._observe()
         if over or self._steps >= self.cfg.max_steps:
@@ -197,14 +193,16 @@ class TextArenaEnv:
 
     def _snapshot_move(self, state: Any) -> str:
         """The snapshot's pick among the legal moves, asked as the agent is asked."""
-        player = state.current_player_id
-        system = (f"You play {self.cfg.game.split('-')[0]} as player {player}. Reply with "
-                  f"one {PLAY.name} tool call per turn.")
-        prompt = EnvReset((Message("system", system), Message("user", "\n".join(self._seen))),
-                          (PLAY,))
+        prompt = self._prompt(state.current_player_id, "\n".join(self._seen))
         moves = self._legal(state)
         calls = [ToolCall(PLAY.name, {"move": m}) for m in moves]
         return moves[self._policy(prompt, calls, self._rng)]
+
+    def _prompt(self, player: int, seen: str) -> EnvReset:
+        """The opening of a game for `player`, who has seen `seen` so far."""
+        system = (f"You play {self.cfg.game.split('-')[0]} as player {player}. Reply with one "
+                  f"{PLAY.name} tool call per turn.")
+        return EnvReset((Message("system", system), Message("user", seen)), (PLAY,))
 
     def _observe(self) -> str:
         """The agent's new observations, as TextArena wrote them (its own moves left out)."""
