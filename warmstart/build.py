@@ -14,6 +14,7 @@ import time
 
 from arl.config import Config, to_dict
 from arl.dtypes import resolve as resolve_dtype
+from arl.env_spec import resolve_env
 from arl.errors import UserError
 from arl.model_path import local_path
 from envs.config import MoveTaskConfig
@@ -105,7 +106,6 @@ def _demos(cfg: Config, env_cfg) -> tuple[list, list]:
     """(the one-env transcripts, the full-game ones): tic-tac-toe's own for the one-move
     task (with `warmstart.game_fraction` from full games), else any env whose spec names its
     legal calls (warmstart/env_demos.py)."""
-    from arl.env_spec import resolve_env
     from warmstart.demos import game_examples, warmstart_examples
     from warmstart.env_demos import env_examples
 

@@ -13,7 +13,7 @@ import random
 
 from arl.config import EnvConfig
 from arl.env_spec import EnvSpec
-from arl.tools import format_tool_call, parse_tool_call
+from arl.tools import format_tool_call
 from arl.types import EnvReset, Message, ToolCall
 from warmstart.demos import Demo, legal_or_malformed
 
@@ -46,9 +46,9 @@ def _prefix(spec: EnvSpec, env, rng: random.Random) -> EnvReset:
         reset = env.reset(rng.randrange(2**31))
         messages, ended, turns = list(reset.messages), False, 0
         while not ended and turns < MAX_PREFIX_TURNS and rng.random() < 0.5:
-            text = format_tool_call(rng.choice(spec.legal_calls(env)))
-            step = env.step(parse_tool_call(text, reset.tools))
-            messages += [Message("assistant", text), *step.messages]
+            call = rng.choice(spec.legal_calls(env))
+            step = env.step(call)
+            messages += [Message("assistant", format_tool_call(call)), *step.messages]
             ended, turns = step.terminated or step.truncated, turns + 1
         if not ended:
             return EnvReset(messages=tuple(messages), tools=reset.tools)
