@@ -9,6 +9,7 @@ import json
 
 from app.run import resolve_checkpoint
 from arl.config import ConfigError, EnvConfig, load_config
+from arl.env_spec import resolve_env
 from arl.errors import UserError
 from arl.evaluation import read_positions
 from arl.types import SamplingParams
@@ -21,8 +22,6 @@ def run_eval(args: argparse.Namespace) -> int:
     from actors.evaluate import trained_env
 
     env_cfg = _env_config(args, trained_env(checkpoint))
-    from arl.env_spec import resolve_env
-
     spec = resolve_env(env_cfg.name)
     positions = _positions(args.positions, spec, env_cfg) if args.positions else None
     opponent, played = args.opponent or _default_opponent(spec, env_cfg), env_cfg.name
