@@ -30,6 +30,8 @@ class Cluster:
         self.rollout: RolloutPool | None = None
         self.sync: WeightSync | None = None
         self._group: Any = None  # the placement group, if any
+        self._learner_at: list | None = None  # learner placement (for a rebuild)
+        self._shipped: Any = None  # the model folder shipped to other nodes, if it was
 
     def __enter__(self) -> Cluster:
         """Connect and start the actors. If anything fails here, an embedded cluster this
@@ -53,10 +55,26 @@ class Cluster:
             self._group, learner_at, rollout_at = placement.actor_placement(cfg)
             # Nodes that do not see the driver's model folder get it through the object store.
             shipped = ship(cfg.model.path) if cluster_nodes() > 1 else None
+        self._learner_at, self._shipped = learner_at, shipped
         self.learner = LearnerGroup(cfg, self.use_ray, learner_at, shipped)
         self.rollout = RolloutPool(cfg, self.use_ray, rollout_at, shipped)
-        self.sync = make_weight_sync(cfg, self.learner, self.rollout.group)
+        self._connect_sync()
+
+    def _connect_sync(self) -> None:
+        self.sync = make_weight_sync(self.cfg, self.learner, self.rollout.group)
         self.rollout.restore = self.sync.restore
+        # A failed weight load may be the learner's death, not the worker's: ask first.
+        self.rollout.check_source = self.learner.probe
+
+    def restart_learner(self, checkpoint: str | None) -> None:
+        """Replace the whole learner group (a rank died: collectives cannot go on without
+        it) by a new one in the same places, restored from `checkpoint` (None: the
+        initial model), with a new weight sync. Push weights afterwards."""
+        self.learner.close()
+        self.learner = LearnerGroup(self.cfg, self.use_ray, self._learner_at, self._shipped)
+        self._connect_sync()
+        if checkpoint is not None:
+            self.learner.load_checkpoint(checkpoint)
 
     @property
     def actor_restarts(self) -> int:
@@ -70,11 +88,11 @@ class Cluster:
     def learner_step(self, batch: RolloutBatch, advantages: np.ndarray,
                      keep: np.ndarray) -> dict[str, Any]:
         """One learner step on the batch's trajectories where `keep` is true."""
-        return self.learner.get(self.submit_learner_step(batch, advantages, keep))
+        return self.learner.get(self.submit_learner_step(batch, advantages, keep))[0]
 
     def submit_learner_step(self, batch: RolloutBatch, advantages: np.ndarray,
-                            keep: np.ndarray) -> Any:
-        """Start `learner_step`; return the reference to its metrics."""
+                            keep: np.ndarray) -> list[Any]:
+        """Start `learner_step`; return every rank's reference (rank 0's: the metrics)."""
         return self.learner.submit_step(advantages, keep, batch.trajectory_refs)
 
     def publish_weights(self, version: int) -> list[Any]:

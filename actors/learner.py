@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -61,6 +62,10 @@ class LearnerWorker:
         metrics = self.learner.step([trajectories[i] for i in rows], advantages[rows],
                                     temperature=self.temperature)
         return {**metrics, "learner/duplicate_trajectories": float(duplicates)}
+
+    def pid(self) -> int:
+        """This process's id (a probe of liveness)."""
+        return os.getpid()
 
     def rendezvous(self) -> tuple[str, int]:
         """(this node's IP, a free TCP port): where rank 0 of a learner group listens."""

@@ -1,20 +1,27 @@
 """The learner side of the cluster: M learner actors, in one data-parallel group when M > 1.
 
 Every call goes to every rank (DeepSpeed gathers need them all); rank 0's result is the one
-that counts (it exports weights and writes checkpoints).
+that counts (it exports weights and writes checkpoints). Every wait on the group watches all
+ranks: when one rank's process has died, the wait raises `LearnerLost` at once (a survivor
+may be stuck in a collective with the dead one); the driver then rebuilds the whole group.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
+import ray
 
 from actors.group import ActorGroup
 from actors.learner import LearnerWorker
 from actors.model_files import ShippedModel
 from actors.transport import Layout
 from arl.config import Config, to_dict
+from arl.errors import LearnerLost
+
+PROBE_TIMEOUT_S = 30.0  # how long a live learner may take to answer a probe
 
 
 class LearnerGroup:
@@ -44,13 +51,48 @@ class LearnerGroup:
         return self.group.submit(method, [args] * len(self.group))
 
     def get(self, refs: Any, timeout: float | None = None) -> Any:
-        return self.group.get(refs, timeout)
+        """Resolve references of this group's calls (one, or a list; others' calls may be
+        among them). Raises `LearnerLost` as soon as a rank has died, else what a call
+        raised, or GetTimeoutError after `timeout` s."""
+        many = isinstance(refs, list)
+        pending = list(refs) if many else [refs]
+        results: dict[int, Any] = {}
+        while len(results) < len(pending):
+            waiting = [i for i in range(len(pending)) if i not in results]
+            ready = self.group.wait([pending[i] for i in waiting], timeout)
+            if not ready:
+                raise ray.exceptions.GetTimeoutError(f"learner call took over {timeout}s")
+            for j in ready:
+                try:
+                    results[waiting[j]] = self.group.get(pending[waiting[j]])
+                except ray.exceptions.RayError:
+                    self.probe()  # a dead rank, or a collective that failed because of one
+                    raise
+        out = [results[i] for i in range(len(pending))]
+        return out if many else out[0]
+
+    def probe(self) -> None:
+        """Raise `LearnerLost` if any rank's process has died. A live rank answers once its
+        current call ends; one still busy after PROBE_TIMEOUT_S counts as alive."""
+        refs = self._all("pid")
+        answered: set[int] = set()
+        deadline = time.monotonic() + PROBE_TIMEOUT_S
+        while len(answered) < len(refs) and time.monotonic() < deadline:
+            waiting = [i for i in range(len(refs)) if i not in answered]
+            for j in self.group.wait([refs[i] for i in waiting],
+                                     max(deadline - time.monotonic(), 0.0)):
+                answered.add(waiting[j])
+                try:
+                    self.group.get(refs[waiting[j]])
+                except ray.exceptions.RayActorError as err:
+                    raise LearnerLost(f"learner rank {waiting[j]} died "
+                                      f"({type(err).__name__})") from err
 
     def submit_step(self, advantages: np.ndarray, keep: np.ndarray,
-                    trajectory_refs: list[Any]) -> Any:
+                    trajectory_refs: list[Any]) -> list[Any]:
         """Start one learner step (every rank reads the whole batch from the object store);
-        return the reference to rank 0's metrics."""
-        return self._all("step", advantages, keep, *trajectory_refs)[0]
+        return every rank's reference (rank 0's holds the metrics)."""
+        return self._all("step", advantages, keep, *trajectory_refs)
 
     def export(self) -> Any:
         """The reference to the full current weights (rank 0's export; all ranks join)."""

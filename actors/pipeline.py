@@ -136,12 +136,13 @@ class AsyncRollouts:
                              [ch.refs[1] for ch in taken])
         return batch, AsyncStats(staleness, dropped)
 
-    def wait_for(self, ref: Any, version: int) -> Any:
-        """Resolve `ref` (the learner's step), keeping the rollout workers fed meanwhile."""
+    def wait_for(self, refs: list[Any], version: int) -> Any:
+        """Rank 0's result of the learner's step `refs` (every rank's reference), keeping the
+        rollout workers fed meanwhile."""
         while True:
             self.feed(version)
-            if self.poll(timeout=None, also=ref):
-                return self.cluster.learner.get(ref)
+            if self.poll(timeout=None, also=refs[0]):
+                return self.cluster.learner.get(refs)[0]
 
     def take_rollout_idle(self) -> float:
         """Mean idle seconds per rollout worker since the last call (workers idle now count

@@ -73,6 +73,9 @@ class RolloutPool:
             max_restarts=cfg.rollout.max_restarts, scheduling=scheduling,
         )
         self.restore: Callable[[int], Any] = lambda w: None
+        # Raises if the weights' source (the learner) died: then a failed load is not the
+        # worker's fault and rebuilding the worker would not help.
+        self.check_source: Callable[[], None] = lambda: None
         self.version = 0  # the weights every worker is meant to hold
         self.actor_restarts = 0  # workers rebuilt (new processes), whole run
         self._pids: list[int | None] = [None] * len(self.group)
@@ -120,6 +123,7 @@ class RolloutPool:
             try:
                 self._note_pid(w, self.group.get(load, timeout=self.timeout))
             except ray.exceptions.RayError as err:
+                self.check_source()
                 self.failed(w, err, "weight load")
 
     def failed(self, w: int, err: Exception, doing: str) -> None:
@@ -143,6 +147,7 @@ class RolloutPool:
                 self._note_pid(w, self.group.get(self.restore(w)))
                 return
             except ray.exceptions.ActorDiedError as err:
+                self.check_source()  # the weights it was given may be what died
                 raise RuntimeError(f"rollout worker {w} is dead for good "
                                    "(rollout.max_restarts exceeded)") from err
             except ray.exceptions.RayActorError:  # still restarting

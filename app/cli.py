@@ -22,7 +22,9 @@ directory): metrics.jsonl, samples.jsonl, curves.png, report.html, checkpoints/s
 and wandb/.
 
 resume: run the same command with resume=auto; it continues from the run's newest
-checkpoint. Ctrl-C or SIGTERM finishes the current step, saves a checkpoint and exits
+checkpoint (resume=step_<n>: from that one; a corrupt checkpoint is named, with the newest
+intact one, exit 3). A learner actor that dies is rebuilt from the last checkpoint inside
+the run (learner.max_restarts). Ctrl-C or SIGTERM finishes the current step, saves a checkpoint and exits
 (130 / 143); a second Ctrl-C stops at once.
 
 examples:
@@ -139,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _train(args: argparse.Namespace) -> int:
     cfg = load_config(*split_config_args(args.config))
-    from app.train import NonFiniteError, Stopped, train
+    from app.train import LearnerFailed, NonFiniteError, Stopped, train
     from learner.checkpoint import CheckpointError
 
     try:
@@ -147,7 +149,7 @@ def _train(args: argparse.Namespace) -> int:
     except Stopped as err:
         print(f"arl: {err}", file=sys.stderr)
         return 128 + err.signum
-    except (NonFiniteError, CheckpointError) as err:
+    except (NonFiniteError, CheckpointError, LearnerFailed) as err:
         print(f"arl: {err}", file=sys.stderr)
         return 3
     reward = metrics.get("rollout/reward_mean")  # absent: resumed a finished run

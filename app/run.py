@@ -11,6 +11,7 @@ checkpoint exists): then metrics.jsonl keeps its rows before the checkpoint's st
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -26,8 +27,9 @@ from arl.metrics import Metrics
 from arl.model_path import arl_home
 from arl.pointer import LATEST_FILE, read_latest
 from arl.types import EpisodeSummary
-from learner.checkpoint import MANIFEST_FILE
+from learner.checkpoint import MANIFEST_FILE, CheckpointError, verify_checkpoint
 
+log = logging.getLogger(__name__)
 # Set by Ray in the environment of a job's driver (`ray job submit`).
 RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
@@ -63,15 +65,22 @@ class Run:
         # The checkpoint to continue from (None: a new run), and the step it ends.
         self.resume_from: str | None = None
         self.start_step = 0
+        self.next_step = 0  # the step after the last one logged
+        folder = os.path.join(self.dir, "checkpoints")
         if cfg.resume == "auto":
-            self.resume_from = latest_checkpoint(os.path.join(self.dir, "checkpoints"))
+            self.resume_from = latest_checkpoint(folder)
+        elif cfg.resume != "never":
+            self.resume_from = _named_checkpoint(folder, cfg.resume)
+        if self.resume_from is not None:
+            _require_intact(self.resume_from)
 
     def __enter__(self) -> Run:
         if self.resume_from is None:
             _move_aside(self.dir)
             os.makedirs(os.path.join(self.dir, "checkpoints"))
         else:
-            self.start_step = checkpoint_step(self.resume_from)
+            self.start_step = self.next_step = checkpoint_step(self.resume_from)
+            _set_aside_after(os.path.join(self.dir, "checkpoints"), self.start_step)
             _keep_rows_before(self.metrics_path, self.start_step)
             _keep_rows_before(self.samples_path, self.start_step)
             _remove_partial_checkpoints(os.path.join(self.dir, "checkpoints"))
@@ -129,6 +138,35 @@ class Run:
             removed.append(os.path.join(folder, name))
         return removed
 
+    def last_checkpoint(self) -> str | None:
+        """The newest checkpoint of this run no later than the steps logged so far (one
+        written just before a crash, with its step's metrics not yet logged, is not it)."""
+        folder = os.path.join(self.dir, "checkpoints")
+        steps = [n for n in os.listdir(folder)
+                 if _STEP_DIR.fullmatch(n) and checkpoint_step(n) <= self.next_step]
+        return os.path.join(folder, max(steps, key=checkpoint_step)) if steps else None
+
+    def rewind(self, step: int) -> None:
+        """Go back to just after `step` steps, to play the later ones again: metrics.jsonl
+        and samples.jsonl keep only the rows of earlier steps, the progress bar goes back,
+        partial checkpoints are deleted and later ones (one written just before a crash,
+        ahead of its step's metrics) set aside. wandb's steps only go forward: it keeps its
+        first record of a replayed step."""
+        self.next_step = step
+        jsonl = [sink for sink in self._sinks if isinstance(sink, JsonlLogger)]
+        for sink in jsonl:
+            sink.close()
+        _keep_rows_before(self.metrics_path, step)
+        _keep_rows_before(self.samples_path, step)
+        self._sinks = [JsonlLogger(self.metrics_path) if isinstance(sink, JsonlLogger)
+                       else sink for sink in self._sinks]
+        folder = os.path.join(self.dir, "checkpoints")
+        _remove_partial_checkpoints(folder)
+        _set_aside_after(folder, step)
+        if self._bar is not None:
+            self._bar.reset(total=self.cfg.steps)
+            self._bar.update(step)
+
     def log_samples(self, step: int, summaries: Sequence[EpisodeSummary]) -> None:
         """The episodes that carry a transcript, to samples.jsonl and the wandb table."""
         rows = [{"step": step, "group_id": s.group_id, "reward": s.reward,
@@ -144,6 +182,7 @@ class Run:
             self._wandb.log_samples(step, rows)
 
     def log(self, step: int, metrics: Metrics) -> None:
+        self.next_step = step + 1
         for sink in self._sinks:
             sink.log(step, metrics)
         if (step + 1) % REPORT_EVERY == 0:
@@ -220,6 +259,56 @@ def resolve_checkpoint(path: str) -> str:
         return path
     raise UserError(f"{path} holds no checkpoint (a run writes them to "
                     "runs/<name>/checkpoints/step_<n>) and no model (config.json)")
+
+
+def _named_checkpoint(folder: str, name: str) -> str:
+    """checkpoints/step_<n> for `resume=step_<n>` (any zero padding); UserError if absent."""
+    step = int(name[len("step_"):])
+    found = {checkpoint_step(n): n for n in _step_folders(folder)}
+    if step not in found:
+        have = ", ".join(found[k] for k in sorted(found)) or "none"
+        raise UserError(f"resume={name}: no checkpoint step_{step:06d} in {folder} "
+                        f"(there: {have})")
+    return os.path.join(folder, found[step])
+
+
+def _step_folders(folder: str) -> list[str]:
+    return [n for n in os.listdir(folder) if _STEP_DIR.fullmatch(n)] if os.path.isdir(
+        folder) else []
+
+
+def _require_intact(path: str) -> None:
+    """Verify the checkpoint to resume from before anything starts. A bad one raises
+    CheckpointError: one line naming the bad file and the newest intact checkpoint."""
+    try:
+        verify_checkpoint(path)
+        return
+    except CheckpointError as err:
+        bad = str(err)
+    folder = os.path.dirname(path)
+    older = sorted((n for n in _step_folders(folder) if checkpoint_step(n) < checkpoint_step(
+        path)), key=checkpoint_step, reverse=True)
+    for name in older:
+        try:
+            verify_checkpoint(os.path.join(folder, name))
+        except CheckpointError:
+            continue
+        raise CheckpointError(f"{bad}; the newest intact checkpoint is "
+                              f"{os.path.join(folder, name)} (resume={name} continues from it)")
+    raise CheckpointError(f"{bad}; no older checkpoint is intact (resume=never starts over)")
+
+
+def _set_aside_after(folder: str, step: int) -> None:
+    """Rename the checkpoints later than `step` to step_<n>.aside[-k] (kept, never read
+    again), so that the resumed run writes its own."""
+    for name in _step_folders(folder):
+        if checkpoint_step(name) > step:
+            target, k = os.path.join(folder, f"{name}.aside"), 1
+            while os.path.exists(target):
+                k += 1
+                target = os.path.join(folder, f"{name}.aside-{k}")
+            os.rename(os.path.join(folder, name), target)
+            log.warning("resuming from step %d: %s set aside as %s", step, name, target)
 
 
 def _remove_partial_checkpoints(directory: str) -> None:

@@ -57,6 +57,7 @@ class WandbLogger:
             config=config,
             settings=wandb.Settings(silent=True, console="off"),
         )
+        self._logged_through = -1  # wandb's steps only go forward: a replayed step is skipped
 
     @property
     def run_id(self) -> str:
@@ -69,6 +70,9 @@ class WandbLogger:
     def log(self, step: int, metrics: Metrics) -> None:
         import wandb
 
+        if step <= self._logged_through:
+            return
+        self._logged_through = step
         self._run.log({k: wandb.Histogram(np_histogram=(list(v.counts), list(v.edges)))
                        if isinstance(v, Histogram) else v for k, v in metrics.items()},
                       step=step)
@@ -77,6 +81,8 @@ class WandbLogger:
         """A table of sample conversations (`samples` in wandb) at `step`."""
         import wandb
 
+        if step <= self._logged_through:
+            return
         columns = ["step", "group_id", "reward", "outcome", "conversation"]
         table = wandb.Table(columns=columns, data=[[r[c] for c in columns] for r in rows])
         self._run.log({"samples": table}, step=step)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -19,12 +20,13 @@ import torch
 from actors.cluster import Cluster
 from actors.pipeline import AsyncRollouts
 from actors.rollout_pool import RolloutBatch
-from app.run import Run, run_dir
+from app.run import Run, checkpoint_step, run_dir
 from app.step_metrics import StepDone, step_metrics
 from app.stop import StopOnSignal, Stopped
 from arl.config import Config, ConfigError, require_extras
 from arl.credit import turn_advantages
 from arl.env_spec import resolve_env
+from arl.errors import LearnerLost
 from arl.evaluation import read_positions
 from arl.gspo import group_advantages, informative_groups
 from arl.metrics import Metrics
@@ -32,18 +34,25 @@ from arl.steps import start_states, transcripts_wanted
 from arl.types import EpisodeSummary
 from learner.gguf import prepare_model
 
-__all__ = ["NonFiniteError", "Stopped", "train"]
+__all__ = ["LearnerFailed", "NonFiniteError", "Stopped", "train"]
+log = logging.getLogger(__name__)
 
 
 class NonFiniteError(RuntimeError):
     """Too many optimizer steps in a row had a non-finite loss or gradient."""
 
 
+class LearnerFailed(RuntimeError):
+    """The learner died more often than `learner.max_restarts` allows."""
+
+
 def train(cfg: Config, use_ray: bool = True) -> Metrics:
     """Run `cfg.steps` GSPO steps (sync or async mode); return the last step's metrics.
 
     SIGTERM (`ray job stop`, `kill`) or Ctrl-C lets the current step finish, saves a
-    checkpoint and raises `Stopped`; `resume=auto` continues from there.
+    checkpoint and raises `Stopped`; `resume=auto` continues from there. A learner actor that
+    dies is rebuilt from the last checkpoint and the steps since are played again (up to
+    `learner.max_restarts` times; then `LearnerFailed`).
     """
     # The first line of a run's (or a Ray job's) log says where its outputs go.
     print(f"arl train: run directory {run_dir(cfg)}", flush=True)
@@ -56,31 +65,73 @@ def train(cfg: Config, use_ray: bool = True) -> Metrics:
         resumed = cluster.load_checkpoint(run.resume_from) if run.resume_from else {}
         run.open_sinks(wandb_run_id=resumed.get("wandb_run_id"))
         cluster.push_weights(version=run.start_step)
-        metrics: Metrics = {}
-        steps = _sync_steps if cfg.mode == "sync" else _async_steps
-        for step, done in steps(cfg, cluster, run.start_step):
-            t_end = time.perf_counter()
-            if cfg.learner.checkpoint_every and (step + 1) % cfg.learner.checkpoint_every == 0:
-                _save_checkpoint(run, cluster, step + 1)
-            metrics = step_metrics(cfg, done, t_end, cluster.actor_restarts)
-            if cfg.eval.every and ((step + 1) % cfg.eval.every == 0 or step + 1 == cfg.steps):
-                t_eval = time.perf_counter()
-                metrics.update(cluster.evaluate(positions, seed=cfg.seed + 10**6 + step))
-                metrics["timing/eval"] = time.perf_counter() - t_eval
-            run.log_samples(step, done.batch.summaries)
-            run.log(step, metrics)
-            if metrics["learner/skipped_in_row"] >= cfg.learner.max_nonfinite_in_row:
-                _checkpoint_and_raise(run, cluster, step + 1, NonFiniteError, (
-                    f"{cfg.learner.max_nonfinite_in_row} optimizer steps in a row had a "
-                    "non-finite loss or gradient (learner.max_nonfinite_in_row); none was "
-                    f"applied (check the rewards and the learning rate); stopped after step "
-                    f"{step + 1}"))
-            if stop.requested:
-                _checkpoint_and_raise(run, cluster, step + 1, functools.partial(
-                    Stopped, signum=stop.signum), f"stopped by {stop.name} after step {step + 1}")
+        start, restarts, metrics = run.start_step, 0, {}
+        while True:
+            try:
+                if restarts:
+                    start = _restart_learner(run, cluster)
+                metrics = _train_steps(cfg, run, cluster, stop, positions, start, restarts)
+                break
+            except LearnerLost as err:
+                restarts += 1
+                _check_restarts(run, restarts, err)
         if not run.has_checkpoint(cfg.steps):
             _save_checkpoint(run, cluster, cfg.steps)
     return metrics
+
+
+def _train_steps(cfg: Config, run: Run, cluster: Cluster, stop: StopOnSignal,
+                 positions: dict[str, list[dict]], start: int, restarts: int) -> Metrics:
+    """Steps `start`.. to the end: train, checkpoint, evaluate, log; the last metrics."""
+    metrics: Metrics = {}
+    steps = _sync_steps if cfg.mode == "sync" else _async_steps
+    for step, done in steps(cfg, cluster, start):
+        t_end = time.perf_counter()
+        if cfg.learner.checkpoint_every and (step + 1) % cfg.learner.checkpoint_every == 0:
+            _save_checkpoint(run, cluster, step + 1)
+        metrics = step_metrics(cfg, done, t_end, cluster.actor_restarts)
+        metrics["learner/restarts"] = float(restarts)
+        if cfg.eval.every and ((step + 1) % cfg.eval.every == 0 or step + 1 == cfg.steps):
+            t_eval = time.perf_counter()
+            metrics.update(cluster.evaluate(positions, seed=cfg.seed + 10**6 + step))
+            metrics["timing/eval"] = time.perf_counter() - t_eval
+        run.log_samples(step, done.batch.summaries)
+        run.log(step, metrics)
+        if metrics["learner/skipped_in_row"] >= cfg.learner.max_nonfinite_in_row:
+            _checkpoint_and_raise(run, cluster, step + 1, NonFiniteError, (
+                f"{cfg.learner.max_nonfinite_in_row} optimizer steps in a row had a "
+                "non-finite loss or gradient (learner.max_nonfinite_in_row); none was "
+                f"applied (check the rewards and the learning rate); stopped after step "
+                f"{step + 1}"))
+        if stop.requested:
+            _checkpoint_and_raise(run, cluster, step + 1, functools.partial(
+                Stopped, signum=stop.signum), f"stopped by {stop.name} after step {step + 1}")
+    return metrics
+
+
+def _check_restarts(run: Run, restarts: int, err: LearnerLost) -> None:
+    """Raise `LearnerFailed` once the learner has died more than `learner.max_restarts`
+    times; else say that it is rebuilt."""
+    limit, last = run.cfg.learner.max_restarts, run.last_checkpoint()
+    if restarts > limit:
+        where = (f"resume=auto continues from {last}" if last is not None
+                 else "no checkpoint was written; the run must start over")
+        raise LearnerFailed(f"{err}; the learner died {restarts} times "
+                            f"(learner.max_restarts={limit}), the run stops; {where}") from err
+    log.warning("%s; rebuilding the learner from %s (restart %d of %d)", err,
+                last or "the initial model", restarts, limit)
+
+
+def _restart_learner(run: Run, cluster: Cluster) -> int:
+    """A new learner group restored from the run's last complete checkpoint, the rollout
+    workers given its weights, and the sinks rewound to it; returns its step (the replay
+    starts there: sync mode plays exactly the steps it lost again)."""
+    last = run.last_checkpoint()
+    step = checkpoint_step(last) if last is not None else 0
+    cluster.restart_learner(last)
+    run.rewind(step)
+    cluster.push_weights(version=step)
+    return step
 
 
 def _read_positions(cfg: Config) -> dict[str, list[dict]]:
@@ -158,8 +209,8 @@ def _async_steps(cfg: Config, cluster: Cluster, start: int) -> Iterator[tuple[in
             batch, stats = source.next_batch(step)
             t1 = time.perf_counter()
             advantages, keep = _advantages(cfg, batch.summaries)
-            ref = cluster.submit_learner_step(batch, advantages, keep)
-            learner_metrics = source.wait_for(ref, step)
+            refs = cluster.submit_learner_step(batch, advantages, keep)
+            learner_metrics = source.wait_for(refs, step)
             t2 = time.perf_counter()
             cluster.publish_weights(version=step + 1)
             t3 = time.perf_counter()

@@ -11,3 +11,8 @@ class UserError(Exception):
 
 class ModelUnavailable(UserError, FileNotFoundError):
     """`model.path` names no model this machine can load."""
+
+
+class LearnerLost(RuntimeError):
+    """A learner actor died (its process ended: an OOM kill, a segfault, a lost node). The
+    driver rebuilds the learner group from the last checkpoint (`learner.max_restarts`)."""

@@ -5,6 +5,7 @@ them). `arl.config` loads, merges and validates; import the sections from there.
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,8 @@ CHECKS: dict[str, tuple[Any, str]] = {
     "non_negative": (lambda v: v >= 0, ">= 0"),
     "fraction": (lambda v: 0 <= v <= 1, "in [0, 1]"),
     "share": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "resume": (lambda v: v in ("never", "auto") or re.fullmatch(r"step_\d+", v) is not None,
+               "never, auto or step_<n>"),
 }
 LOSS_NAMES = ("gspo", "gspo_token", "grpo")
 ENGINE_NAMES = ("hf", "vllm")
@@ -156,6 +159,12 @@ class LearnerConfig:
                                check="fraction")
     entropy_coef: float = opt(0.0, "> 0: subtract coef x the sampled tokens' mean entropy from "
                               "the loss (an exploration bonus)", check="non_negative")
+    max_restarts: int = opt(3, "times the run rebuilds a dead learner group from its last "
+                            "checkpoint and replays the steps since; 0: a death ends the run",
+                            check="non_negative")
+    collective_timeout_s: float = opt(600.0, "num_workers > 1: seconds a rank waits in a "
+                                      "collective before it fails (a dead peer)",
+                                      check="positive")
     lora: LoraConfig = section(LoraConfig, "LoRA adapters (the lora extra)")
 
 
@@ -246,8 +255,8 @@ class Config:
                     choices=("sync", "async"))
     max_staleness: int = opt(1, "async: most learner versions a trained-on trajectory may "
                              "lag", check="non_negative")
-    resume: str = opt("never", "auto: continue from the run's last checkpoint",
-                      choices=("never", "auto"))
+    resume: str = opt("never", "auto: continue from the run's newest checkpoint; step_<n>: "
+                      "from that one (later ones are set aside)", check="resume")
     model: ModelConfig = section(ModelConfig, "the policy model")
     env: EnvConfig = section(EnvConfig, "the environment and its reward table")
     rollout: RolloutConfig = section(RolloutConfig, "rollout workers and sampling")

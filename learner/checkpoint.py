@@ -144,9 +144,7 @@ def load_checkpoint(directory: str | os.PathLike) -> Checkpoint:
     mismatch (tampering, truncation), unknown format, or contents that do not parse.
     """
     root = Path(directory)
-    manifest = read_manifest(root)
-    for name, meta in manifest["files"].items():
-        _verify(root / name, meta)
+    manifest = verify_checkpoint(root)
     opt_json = _read_json(root, OPTIMIZER_JSON_FILE)
     learner_json = _read_json(root, LEARNER_FILE)
     try:
@@ -163,6 +161,16 @@ def load_checkpoint(directory: str | os.PathLike) -> Checkpoint:
         return Checkpoint(state=state, step=int(manifest["step"]), extra_json=learner_json["extra"])
     except (KeyError, ValueError, TypeError) as err:
         raise CheckpointError(f"{root}: checkpoint contents do not parse: {err!r}") from err
+
+
+def verify_checkpoint(directory: str | os.PathLike) -> dict[str, Any]:
+    """Check that every file the manifest lists is there with its size and sha256; return
+    the manifest. Raises CheckpointError naming the first bad file."""
+    root = Path(directory)
+    manifest = read_manifest(root)
+    for name, meta in manifest["files"].items():
+        _verify(root / name, meta)
+    return manifest
 
 
 def read_manifest(root: Path) -> dict[str, Any]:

@@ -54,7 +54,8 @@ class DeepSpeedBackend:
         self._engine = None
 
     def join_group(self, rank: int, world: int, address: str, port: int) -> None:
-        distributed.join(rank, world, address, port, self.device)
+        distributed.join(rank, world, address, port, self.device,
+                         self.cfg.collective_timeout_s)
         self.rank, self.world = rank, world
 
     @property

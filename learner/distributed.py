@@ -20,15 +20,16 @@ from collections.abc import Iterable
 import torch
 import torch.distributed as dist
 
-TIMEOUT = datetime.timedelta(minutes=10)
 
-
-def join(rank: int, world: int, address: str, port: int, device: torch.device) -> None:
+def join(rank: int, world: int, address: str, port: int, device: torch.device,
+         timeout_s: float = 600.0) -> None:
     """Join the group whose rank 0 listens on address:port (every rank calls this), over
-    NCCL for CUDA tensors and gloo for CPU ones."""
+    NCCL for CUDA tensors and gloo for CPU ones. A collective that waits longer than
+    `timeout_s` for a peer (one that died) fails instead of hanging, so the driver can
+    rebuild the group."""
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank,
-                            world_size=world, timeout=TIMEOUT)
+                            world_size=world, timeout=datetime.timedelta(seconds=timeout_s))
 
 
 def free_port() -> int:

@@ -29,7 +29,8 @@ class TorchBackend:
                                          cfg)
 
     def join_group(self, rank: int, world: int, address: str, port: int) -> None:
-        distributed.join(rank, world, address, port, self.device)
+        distributed.join(rank, world, address, port, self.device,
+                         self.cfg.collective_timeout_s)
         self.rank, self.world = rank, world
 
     def set_lr(self, lr: float) -> None:

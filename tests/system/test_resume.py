@@ -105,3 +105,32 @@ def test_sigterm_saves_a_checkpoint_then_exits(tmp_path, warm_model_dir):
     assert [p.name for p in checkpoints] == ["latest", f"step_{steps:06d}"]
     assert checkpoints[0].read_text() == f"step_{steps:06d}\n"
     assert load_checkpoint(str(checkpoints[1])).step == steps
+
+
+@pytest.mark.slow
+def test_a_truncated_newest_checkpoint_names_the_intact_one_and_resume_step_n_uses_it(
+        tmp_path, warm_model_dir):
+    first = subprocess.run(_command(warm_model_dir, tmp_path, "steps=4",
+                                    "learner.checkpoint_every=2"),
+                           cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    folder = tmp_path / "ci" / "checkpoints"
+    weights = folder / "step_000004" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+
+    refused = subprocess.run(_command(warm_model_dir, tmp_path, "resume=auto"), cwd=ROOT,
+                             env=_env(), capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 3, refused.stderr[-3000:]
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1, refused.stderr[-3000:]
+    assert str(weights) in lines[0] and "truncated" in lines[0]
+    assert f"newest intact checkpoint is {folder / 'step_000002'}" in lines[0]
+    assert "resume=step_000002" in lines[0]
+
+    resumed = subprocess.run(_command(warm_model_dir, tmp_path, "resume=step_000002"),
+                             cwd=ROOT, env=_env(), capture_output=True, text=True,
+                             timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [r["step"] for r in _rows(tmp_path)] == list(range(STEPS))
+    assert (folder / "step_000004.aside" / "model.safetensors").exists()  # kept, not read
+    assert (folder / "latest").read_text() == f"step_{STEPS:06d}\n"
