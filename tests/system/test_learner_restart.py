@@ -5,6 +5,7 @@ checkpoint, plays the lost steps again and ends with the uninterrupted run's met
 from __future__ import annotations
 
 import json
+import math
 import os
 import pathlib
 import signal
@@ -45,16 +46,20 @@ def _logged(out_dir) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
 
 
-def _kill_learner(proc: subprocess.Popen) -> int:
-    """SIGKILL the learner actor's process among the run's descendants; its pid."""
+def _kill_learner(proc: subprocess.Popen, last: bool = False) -> None:
+    """SIGKILL a learner actor's process among the run's descendants (the first one
+    started, or with `last` the last one: with two ranks, rank 1)."""
+    found = []
     for child in psutil.Process(proc.pid).children(recursive=True):
         try:
             if child.cmdline() and child.cmdline()[0].startswith("ray::LearnerWorker"):
-                child.send_signal(signal.SIGKILL)
-                return child.pid
+                found.append(child)
         except psutil.NoSuchProcess:
             continue
-    raise AssertionError("no learner actor process found")
+    assert found, "no learner actor process found"
+    victim = max(found, key=lambda p: p.create_time()) if last else min(
+        found, key=lambda p: p.create_time())
+    victim.send_signal(signal.SIGKILL)
 
 
 def _wait_until(proc: subprocess.Popen, ready, timeout: float = 300) -> None:
@@ -66,11 +71,11 @@ def _wait_until(proc: subprocess.Popen, ready, timeout: float = 300) -> None:
     raise AssertionError("the run ended (or stalled) before the condition held")
 
 
-def _kill_after(proc, out_dir, restarts: int, steps: int) -> None:
+def _kill_after(proc, out_dir, restarts: int, steps: int, last: bool = False) -> None:
     """Wait for `steps` rows logged since the learner was rebuilt `restarts` times; kill it."""
     _wait_until(proc, lambda: sum(r.get(RESTARTS) == restarts for r in _logged(out_dir))
                 >= steps)
-    _kill_learner(proc)
+    _kill_learner(proc, last)
 
 
 def _without_restarts(rows: list[dict]) -> list[dict]:
@@ -119,3 +124,24 @@ def test_a_learner_death_past_max_restarts_stops_with_a_resumable_checkpoint(
                              env=_env(), capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert [r["step"] for r in _rows(tmp_path)] == list(range(STEPS))
+
+
+@pytest.mark.slow
+def test_one_rank_of_a_zero2_group_killed_the_group_is_rebuilt_and_the_run_completes(
+        tmp_path, warm_model_dir):
+    pytest.importorskip("deepspeed")
+    command = _command(warm_model_dir, tmp_path, "steps=8", "learner.num_workers=2",
+                       "learner.backend=deepspeed", "learner.zero_stage=2", "ray.num_cpus=3",
+                       "learner.collective_timeout_s=60")
+    proc = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _kill_after(proc, tmp_path, restarts=0, steps=5, last=True)  # rank 1; 0 survives
+        _, stderr = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    rows = _rows(tmp_path)
+    assert [r["step"] for r in rows] == list(range(8))
+    assert rows[-1][RESTARTS] == 1
+    assert all(math.isfinite(r["learner/grad_norm"]) for r in rows)
