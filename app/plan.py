@@ -12,8 +12,9 @@ sequence an episode reaches, b micro-batch size):
             forward+backward of the tiny model in fp32 with SDPA attention on CPU
             (`bench/plan_memory.py`: within 5 % at T = 133, up to 30 % over at T = 512);
             they are those of this implementation, not a textbook's
-  rollout   per worker: weights in model.dtype, and the KV cache of its share of the batch,
-            (batch / workers)*T*2*L*kv_heads*head_dim*dtype bytes (the HF engine); with
+  rollout   per worker: weights in model.dtype, and the KV cache of one decoding batch,
+            n*T*2*L*kv_heads*head_dim*dtype bytes with n = min(batch / workers, 64): the HF
+            engine decodes its share 64 sequences at a time; with
             engine=vllm, the pool vLLM reserves: gpu_memory_utilization of the GPU, or on a
             CPU the weights plus rollout.vllm.kv_cache_gib
   object    Ray's object store: one published weight version (4P) and one step's trajectories
@@ -102,7 +103,9 @@ def items(cfg: Config, shape: ModelShape, prompt_tokens: int,
     b = cfg.learner.micro_batch_size
     batch = cfg.rollout.groups_per_step * cfg.rollout.group_size
     workers = cfg.rollout.num_workers
-    per_worker = -(-batch // workers)
+    from actors.engines.hf import MAX_BATCH_SIZE  # what the HF engine decodes at once
+
+    per_worker = min(-(-batch // workers), MAX_BATCH_SIZE)
     dtype = DTYPE_BYTES[resolve_dtype(cfg.model.dtype, on_gpu=cfg.rollout.gpus_per_worker > 0)]
     kv = per_worker * T * 2 * s.layers * s.kv_heads * s.head_dim * dtype
     micro = "learner.micro_batch_size"

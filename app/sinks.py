@@ -88,7 +88,12 @@ class WandbLogger:
         self._run.log({"samples": table}, step=step)
 
     def close(self) -> None:
+        import wandb
+
         self._run.finish()
+        # wandb's service process would otherwise outlive the run in a process that goes on
+        # (a library caller, a benchmark looping over runs).
+        wandb.teardown()
 
 
 def netrc_has_wandb() -> bool:

@@ -32,6 +32,8 @@ from arl.dtypes import resolve as resolve_dtype
 from arl.types import Generation, SamplingParams
 from learner.model import torch_dtype
 
+MAX_BATCH_SIZE = 64  # sequences decoded at once by default: what bounds the KV cache
+
 hf_logging.disable_progress_bar()  # no bar per weight load in every worker's log
 
 
@@ -59,7 +61,7 @@ class HFEngine:
         model_path: str,
         dtype: str = "auto",
         stop_token_ids: Sequence[int] | None = None,
-        max_batch_size: int = 64,
+        max_batch_size: int = MAX_BATCH_SIZE,
         version: int = 0,
     ) -> None:
         dtype = resolve_dtype(dtype)  # auto: bfloat16 where this CPU computes in it natively
