@@ -32,6 +32,7 @@ class Cluster:
         self._group: Any = None  # the placement group, if any
         self._learner_at: list | None = None  # learner placement (for a rebuild)
         self._shipped: Any = None  # the model folder shipped to other nodes, if it was
+        self._generation = 0  # learner groups built before the current one
 
     def __enter__(self) -> Cluster:
         """Connect and start the actors. If anything fails here, an embedded cluster this
@@ -71,7 +72,9 @@ class Cluster:
         it) by a new one in the same places, restored from `checkpoint` (None: the
         initial model), with a new weight sync. Push weights afterwards."""
         self.learner.close()
-        self.learner = LearnerGroup(self.cfg, self.use_ray, self._learner_at, self._shipped)
+        self._generation += 1
+        self.learner = LearnerGroup(self.cfg, self.use_ray, self._learner_at, self._shipped,
+                                    self._generation)
         self._connect_sync()
         if checkpoint is not None:
             self.learner.load_checkpoint(checkpoint)

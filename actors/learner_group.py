@@ -28,14 +28,17 @@ class LearnerGroup:
     """The learner actors of one run."""
 
     def __init__(self, cfg: Config, use_ray: bool, scheduling: list | None,
-                 shipped: ShippedModel | None):
+                 shipped: ShippedModel | None, generation: int = 0):
+        """generation: how many groups this run built before this one (a rebuilt group's
+        actors get names of their own: a killed actor's name may not be free yet)."""
         self.cfg = cfg
+        name = f"{cfg.run_name}-learner" + (f"-g{generation}" if generation else "")
         self.group = ActorGroup(
             LearnerWorker,
             [(cfg.model, cfg.learner, cfg.steps, cfg.seed, cfg.rollout.temperature,
               cfg.learner.cpus, shipped)] * cfg.learner.num_workers,
             num_cpus=cfg.learner.cpus, num_gpus=cfg.learner.gpus,
-            resources=cfg.learner.resources, use_ray=use_ray, name=f"{cfg.run_name}-learner",
+            resources=cfg.learner.resources, use_ray=use_ray, name=name,
             scheduling=scheduling,
         )
         if len(self.group) > 1:  # one torch.distributed group; rank 0 hosts the rendezvous
