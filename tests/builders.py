@@ -35,6 +35,23 @@ def ci_config(model_dir: str, out_dir=None, *overrides: str) -> Config:
                               *overrides])
 
 
+def train_command(model_dir: str, out_dir, steps: int, *extra: str) -> list[str]:
+    """`arl train configs/ci.yaml` (this interpreter's arl) on `model_dir` for `steps`
+    steps into `out_dir`, on an embedded cluster of its own, then `extra` overrides."""
+    import sys
+
+    arl = pathlib.Path(sys.executable).parent / "arl"
+    return [str(arl), "train", CI, f"model.path={model_dir}", f"output_dir={out_dir}",
+            f"steps={steps}", "ray.address=local", *extra]
+
+
+def subprocess_env() -> dict[str, str]:
+    """This environment without RAY_ADDRESS (a child run starts its own cluster)."""
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+
+
 def metrics_rows(run_dir, untimed: bool = True) -> list[dict]:
     """The rows of RUN_DIR/metrics.jsonl; with `untimed`, without timing and perf keys."""
     lines = (pathlib.Path(run_dir) / "metrics.jsonl").read_text().splitlines()

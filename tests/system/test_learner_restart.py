@@ -6,33 +6,27 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import pathlib
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.builders import metrics_rows
+from tests.builders import metrics_rows, subprocess_env, train_command
 
 psutil = pytest.importorskip("psutil")
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-ARL = pathlib.Path(sys.executable).parent / "arl"
 STEPS = 12
 RESTARTS = "learner/restarts"
 
 
 def _command(model_dir, out_dir, *extra):
-    return [str(ARL), "train", "configs/ci.yaml", f"model.path={model_dir}",
-            f"output_dir={out_dir}", f"steps={STEPS}", "learner.checkpoint_every=4",
-            "ray.address=local", *extra]
+    return train_command(model_dir, out_dir, STEPS, "learner.checkpoint_every=4", *extra)
 
 
-def _env():
-    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+_env = subprocess_env
 
 
 def _rows(out_dir) -> list[dict]:
@@ -78,6 +72,21 @@ def _kill_after(proc, out_dir, restarts: int, steps: int, last: bool = False) ->
     _kill_learner(proc, last)
 
 
+def _run_with_kills(command: list[str], out_dir, *kills: tuple[int, int, bool]
+                    ) -> tuple[int, str]:
+    """Run `command`, killing a learner at each (restarts, steps, last) of `kills` (see
+    `_kill_after`); its exit status and stderr."""
+    proc = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        for restarts, steps, last in kills:
+            _kill_after(proc, out_dir, restarts, steps, last)
+        _, stderr = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+    return proc.returncode, stderr
+
+
 def _without_restarts(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k != RESTARTS} for r in rows]
 
@@ -90,15 +99,10 @@ def test_two_learner_kills_in_a_sync_run_give_the_uninterrupted_metrics(tmp_path
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
 
-    proc = subprocess.Popen(_command(warm_model_dir, broken), cwd=ROOT, env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        _kill_after(proc, broken, restarts=0, steps=6)  # between checkpoints 4 and 8
-        _kill_after(proc, broken, restarts=1, steps=4)  # after the replay from step 4
-        _, stderr = proc.communicate(timeout=600)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, stderr[-3000:]
+    code, stderr = _run_with_kills(_command(warm_model_dir, broken), broken,
+                                   (0, 6, False),  # between checkpoints 4 and 8
+                                   (1, 4, False))  # after the replay from step 4
+    assert code == 0, stderr[-3000:]
     assert stderr.count("rebuilding the learner from") == 2, stderr[-3000:]
     rows = _rows(broken)
     assert [r["step"] for r in rows] == list(range(STEPS))
@@ -109,15 +113,9 @@ def test_two_learner_kills_in_a_sync_run_give_the_uninterrupted_metrics(tmp_path
 @pytest.mark.slow
 def test_a_learner_death_past_max_restarts_stops_with_a_resumable_checkpoint(
         tmp_path, warm_model_dir):
-    proc = subprocess.Popen(_command(warm_model_dir, tmp_path, "learner.max_restarts=0"),
-                            cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        _kill_after(proc, tmp_path, restarts=0, steps=5)
-        _, stderr = proc.communicate(timeout=300)
-    finally:
-        proc.kill()
-    assert proc.returncode == 3, stderr[-3000:]
+    code, stderr = _run_with_kills(_command(warm_model_dir, tmp_path, "learner.max_restarts=0"),
+                                   tmp_path, (0, 5, False))
+    assert code == 3, stderr[-3000:]
     last = stderr.strip().splitlines()[-1]
     assert "learner.max_restarts=0" in last and "resume=auto continues from" in last, last
     resumed = subprocess.run(_command(warm_model_dir, tmp_path, "resume=auto"), cwd=ROOT,
@@ -133,14 +131,8 @@ def test_one_rank_of_a_zero2_group_killed_the_group_is_rebuilt_and_the_run_compl
     command = _command(warm_model_dir, tmp_path, "steps=8", "learner.num_workers=2",
                        "learner.backend=deepspeed", "learner.zero_stage=2", "ray.num_cpus=3",
                        "learner.collective_timeout_s=60")
-    proc = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        _kill_after(proc, tmp_path, restarts=0, steps=5, last=True)  # rank 1; 0 survives
-        _, stderr = proc.communicate(timeout=600)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, stderr[-3000:]
+    code, stderr = _run_with_kills(command, tmp_path, (0, 5, True))  # rank 1; 0 survives
+    assert code == 0, stderr[-3000:]
     rows = _rows(tmp_path)
     assert [r["step"] for r in rows] == list(range(8))
     assert rows[-1][RESTARTS] == 1
@@ -152,14 +144,8 @@ def test_async_run_survives_a_learner_kill_within_its_staleness_bound(tmp_path,
                                                                       warm_model_dir):
     command = _command(warm_model_dir, tmp_path, "mode=async", "max_staleness=1",
                        "rollout.num_workers=2", "ray.num_cpus=3")
-    proc = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        _kill_after(proc, tmp_path, restarts=0, steps=6)
-        _, stderr = proc.communicate(timeout=600)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, stderr[-3000:]
+    code, stderr = _run_with_kills(command, tmp_path, (0, 6, False))
+    assert code == 0, stderr[-3000:]
     rows = _rows(tmp_path)
     assert [r["step"] for r in rows] == list(range(STEPS))
     assert rows[-1][RESTARTS] == 1

@@ -4,32 +4,26 @@ with resume=auto, and get the uninterrupted run's metrics and final weights bit 
 from __future__ import annotations
 
 import hashlib
-import os
 import pathlib
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.builders import metrics_rows
+from tests.builders import metrics_rows, subprocess_env, train_command
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-ARL = pathlib.Path(sys.executable).parent / "arl"
 STEPS = 6
 KILL_AFTER = 3  # steps logged before the kill: a fixed point, the same in every run
 # Wall-clock columns differ between any two runs; everything else must not.
 
 
 def _command(model_dir, out_dir, *extra):
-    return [str(ARL), "train", "configs/ci.yaml", f"model.path={model_dir}",
-            f"output_dir={out_dir}", f"steps={STEPS}", "learner.checkpoint_every=1",
-            "ray.address=local", *extra]
+    return train_command(model_dir, out_dir, STEPS, "learner.checkpoint_every=1", *extra)
 
 
-def _env():
-    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+_env = subprocess_env
 
 
 def _rows(out_dir):
