@@ -9,6 +9,7 @@ may be stuck in a collective with the dead one); the driver then rebuilds the wh
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -57,39 +58,41 @@ class LearnerGroup:
         """Resolve references of this group's calls (one, or a list; others' calls may be
         among them). Raises `LearnerLost` as soon as a rank has died, else what a call
         raised, or GetTimeoutError after `timeout` s."""
-        many = isinstance(refs, list)
-        pending = list(refs) if many else [refs]
+        pending = refs if isinstance(refs, list) else [refs]
         results: dict[int, Any] = {}
-        while len(results) < len(pending):
-            waiting = [i for i in range(len(pending)) if i not in results]
-            ready = self.group.wait([pending[i] for i in waiting], timeout)
-            if not ready:
-                raise ray.exceptions.GetTimeoutError(f"learner call took over {timeout}s")
-            for j in ready:
-                try:
-                    results[waiting[j]] = self.group.get(pending[waiting[j]])
-                except ray.exceptions.RayError:
-                    self.probe()  # a dead rank, or a collective that failed because of one
-                    raise
+        for i in self._each_ready(pending, timeout):
+            try:
+                results[i] = self.group.get(pending[i])
+            except ray.exceptions.RayError:
+                self.probe()  # a dead rank, or a collective that failed because of one
+                raise
+        if len(results) < len(pending):
+            raise ray.exceptions.GetTimeoutError(f"learner call took over {timeout}s")
         out = [results[i] for i in range(len(pending))]
-        return out if many else out[0]
+        return out if isinstance(refs, list) else out[0]
 
     def probe(self) -> None:
         """Raise `LearnerLost` if any rank's process has died. A live rank answers once its
         current call ends; one still busy after PROBE_TIMEOUT_S counts as alive."""
         refs = self._all("pid")
-        answered: set[int] = set()
-        deadline = time.monotonic() + PROBE_TIMEOUT_S
-        while len(answered) < len(refs) and time.monotonic() < deadline:
-            waiting = [i for i in range(len(refs)) if i not in answered]
-            for j in self.group.wait([refs[i] for i in waiting],
-                                     max(deadline - time.monotonic(), 0.0)):
-                answered.add(waiting[j])
-                try:
-                    self.group.get(refs[waiting[j]])
-                except ray.exceptions.RayActorError as err:
-                    raise LearnerLost(f"learner rank {waiting[j]} died "
-                                      f"({type(err).__name__})") from err
+        for i in self._each_ready(refs, PROBE_TIMEOUT_S):
+            try:
+                self.group.get(refs[i])
+            except ray.exceptions.RayActorError as err:
+                raise LearnerLost(f"learner rank {i} died ({type(err).__name__})") from err
+
+    def _each_ready(self, refs: list[Any], timeout: float | None) -> Iterator[int]:
+        """Indices of `refs` as they complete, in completion order, until all have or
+        `timeout` s (None: no limit) have passed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        left = list(range(len(refs)))
+        while left:
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            ready = [left[j] for j in self.group.wait([refs[i] for i in left], wait)]
+            if not ready:
+                return
+            left = [i for i in left if i not in ready]
+            yield from ready
 
     def submit_step(self, advantages: np.ndarray, keep: np.ndarray,
                     trajectory_refs: list[Any]) -> list[Any]:

@@ -126,7 +126,7 @@ class Run:
         """Delete all but the newest `keep` checkpoints (0: keep all); the one `latest`
         names is always kept. Returns the deleted folders."""
         folder = os.path.join(self.dir, "checkpoints")
-        steps = sorted((n for n in os.listdir(folder) if _STEP_DIR.fullmatch(n)),
+        steps = sorted(_step_folders(folder),
                        key=lambda n: checkpoint_step(n))
         pointed = read_latest(folder)
         doomed = [n for n in steps[:-keep]] if keep else []
@@ -142,8 +142,7 @@ class Run:
         """The newest checkpoint of this run no later than the steps logged so far (one
         written just before a crash, with its step's metrics not yet logged, is not it)."""
         folder = os.path.join(self.dir, "checkpoints")
-        steps = [n for n in os.listdir(folder)
-                 if _STEP_DIR.fullmatch(n) and checkpoint_step(n) <= self.next_step]
+        steps = [n for n in _step_folders(folder) if checkpoint_step(n) <= self.next_step]
         return os.path.join(folder, max(steps, key=checkpoint_step)) if steps else None
 
     def rewind(self, step: int) -> None:
@@ -153,9 +152,9 @@ class Run:
         ahead of its step's metrics) set aside. wandb's steps only go forward: it keeps its
         first record of a replayed step."""
         self.next_step = step
-        jsonl = [sink for sink in self._sinks if isinstance(sink, JsonlLogger)]
-        for sink in jsonl:
-            sink.close()
+        for sink in self._sinks:
+            if isinstance(sink, JsonlLogger):
+                sink.close()
         _keep_rows_before(self.metrics_path, step)
         _keep_rows_before(self.samples_path, step)
         self._sinks = [JsonlLogger(self.metrics_path) if isinstance(sink, JsonlLogger)
@@ -229,7 +228,7 @@ def latest_checkpoint(directory: str) -> str | None:
     written; `load_checkpoint` still verifies its hashes before anything is loaded."""
     if not os.path.isdir(directory):
         return None
-    steps = [os.path.join(directory, n) for n in os.listdir(directory) if _STEP_DIR.fullmatch(n)]
+    steps = [os.path.join(directory, n) for n in _step_folders(directory)]
     pointed = read_latest(directory)
     if pointed is not None and _STEP_DIR.fullmatch(pointed.name):
         steps.append(str(pointed))
@@ -273,8 +272,10 @@ def _named_checkpoint(folder: str, name: str) -> str:
 
 
 def _step_folders(folder: str) -> list[str]:
-    return [n for n in os.listdir(folder) if _STEP_DIR.fullmatch(n)] if os.path.isdir(
-        folder) else []
+    """The names of the step_<n> folders in `folder` (none if it does not exist)."""
+    if not os.path.isdir(folder):
+        return []
+    return [n for n in os.listdir(folder) if _STEP_DIR.fullmatch(n)]
 
 
 def _require_intact(path: str) -> None:
