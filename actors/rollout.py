@@ -12,11 +12,13 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from actors.agent_endpoint import play_agent_episodes
 from actors.engines.registry import make_engine
 from actors.evaluate import evaluation_metrics
 from actors.model_files import ShippedModel, local_model
 from actors.snapshot_policy import SnapshotPolicy
 from actors.transport import Layout, SyncGroup
+from arl.agent import AgentTask, resolve_agent
 from arl.config import EnvConfig, ModelConfig, RolloutConfig
 from arl.env_spec import EnvContext, resolve_env
 from arl.episode import ChatRenderer, run_episodes
@@ -56,6 +58,8 @@ class RolloutWorker:
         if self.self_play is not None:
             self.snapshot = SnapshotPolicy(model.path, rollout.temperature)
         self.sync: SyncGroup | None = None  # this worker's end of a collective weight sync
+        # An agent function plays the episodes, where env.agent names one (arl/agent.py).
+        self.agent = resolve_agent(env.agent) if env.agent else None
 
     def collect(
         self, env_seeds: Sequence[int], group_ids: Sequence[int], seed: int,
@@ -68,21 +72,25 @@ class RolloutWorker:
         env_cfg = self.env_cfg
         if self.spec.schedule is not None:  # a curriculum: the config at this version
             env_cfg = self.spec.schedule(env_cfg, self.engine.version)
-        starts = [
-            (self.spec.make(env_cfg, EnvContext(i, self._opponent())), int(env_seed),
-             int(group_id))
-            for env_seed, group_id in zip(env_seeds, group_ids, strict=True)
-            for i in range(self.cfg.group_size)
-        ]
         params = SamplingParams(
             temperature=self.cfg.temperature,
             top_p=self.cfg.top_p,
             max_new_tokens=self.cfg.max_new_tokens,
             seed=seed,
         )
-        played = run_episodes(
-            self.engine, self.renderer, starts, params, max_turns=self.cfg.max_turns
-        )
+        starts = [(int(env_seed), int(group_id), i)
+                  for env_seed, group_id in zip(env_seeds, group_ids, strict=True)
+                  for i in range(self.cfg.group_size)]
+        if self.agent is not None:
+            tasks = [AgentTask(s, g, i, env_cfg, max_turns=self.cfg.max_turns,
+                               opponent=self._opponent()) for s, g, i in starts]
+            played = play_agent_episodes(self.engine, self.renderer, self.agent, tasks, params,
+                                         self.cfg.max_turns, self.cfg.endpoint_host)
+        else:
+            envs = [(self.spec.make(env_cfg, EnvContext(i, self._opponent())), s, g)
+                    for s, g, i in starts]
+            played = run_episodes(self.engine, self.renderer, envs, params,
+                                  max_turns=self.cfg.max_turns)
         size = self.cfg.group_size  # episodes come group by group, in order
         trajectories = [
             dataclasses.replace(t, episode_id=t.group_id * size + i % size)

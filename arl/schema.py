@@ -62,6 +62,9 @@ class EnvConfig:
 
     name: str = opt("", "the env: an installed name (`arl config show` lists them), or "
                     "package.module:make for your own; empty: the env installed as `default`")
+    agent: str = opt("", "package.module:run_agent: an async agent function plays each episode "
+                     "through an OpenAI-compatible endpoint (arl/agent.py); empty: the env's "
+                     "own episode loop")
 
 
 @dataclass
@@ -105,6 +108,8 @@ class RolloutConfig:
                                  "groups_per_step of them are there (sync mode)")
     max_resample_rounds: int = opt(4, "dynamic_sampling: extra rounds of groups_per_step start "
                                    "states a step may play at most", check="non_negative")
+    endpoint_host: str = opt("127.0.0.1", "where agent functions' chat endpoints listen "
+                             "(env.agent); they serve this worker's own agents only")
     vllm: VllmConfig = section(VllmConfig, "the vllm engine")
 
 

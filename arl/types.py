@@ -18,7 +18,7 @@ JSON schemas) and for metrics.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -164,6 +164,11 @@ class Trajectory:
                       sampler log-prob was not finite): its group must not be trained on
     messages          the conversation as messages (the env's last reply included), for
                       transcripts; rollout workers drop it before trajectories travel
+    row_starts        where in token_ids a new training row begins: an agent episode whose
+                      conversation stopped extending its recorded prefix (arl/agent.py) is
+                      several rows back to back; () for one row. The learner trains each
+                      row as a sequence of its own with weight 1/rows (learner/collate.py)
+    metrics           per-episode counts and an agent's own metrics, by metric name
     """
 
     token_ids: np.ndarray
@@ -180,6 +185,14 @@ class Trajectory:
     episode_id: int = -1  # unique in a run: group_id * group_size + index in the group
     messages: tuple[Message, ...] = ()
     turns: tuple[Turn, ...] = ()  # one per model turn, in order
+    row_starts: tuple[int, ...] = ()
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> list[slice]:
+        """The training rows of token_ids, in order (one for most episodes)."""
+        bounds = [0, *self.row_starts, len(self.token_ids)]
+        return [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
     @property
     def response_len(self) -> int:
@@ -203,6 +216,7 @@ class Trajectory:
             transcript=transcript,
             messages=self.messages if transcript is not None else (),
             turns=self.turns,
+            metrics=self.metrics,
         )
 
 
@@ -223,6 +237,7 @@ class EpisodeSummary:
     transcript: str | None = None  # the decoded conversation, when the driver asked for it
     messages: tuple[Message, ...] = ()  # the same conversation as messages (with a transcript)
     turns: tuple[Turn, ...] = ()  # see Trajectory
+    metrics: dict[str, float] = field(default_factory=dict)  # see Trajectory
 
 
 @dataclass(frozen=True)

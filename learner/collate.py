@@ -3,8 +3,15 @@
 Token ids are used exactly as the rollout engine produced them: nothing is decoded or
 re-tokenised here (DESIGN.md §1), so the trained tokens are the sampled tokens.
 
-Layout: right padding; T = the longest trajectory in the batch. Pad positions have
+Layout: right padding; T = the longest row in the batch. Pad positions have
 attention_mask 0, loss_mask 0 and sampler/old logprobs 0, so they never reach a loss.
+
+Rows: a trajectory is one batch row, except an agent episode recorded as k > 1 rows
+(`Trajectory.row_starts`, after its conversation stopped extending the recorded prefix). Each
+of its rows is a sequence of its own, with its own GSPO ratio over its own sampled tokens,
+and weight 1/k: its advantage is scaled by 1/k and it counts 1/k in the loss normaliser
+(`Batch.weights`). So an episode weighs the same in the loss however many rows it took, and
+a batch without splits is exactly what it was (all weights 1).
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ class Batch:
     loss_mask         [B, T] float32 1 only on tokens the policy sampled
     advantages        [B]    float32 one per sequence, or [B, T] one per token (turn-level)
     sampler_logprobs  [B, T] float32 the rollout engine's log-probs (0 off the loss mask)
+    weights           [B]    float32 1/k for each of an episode's k rows (1 for most): what a
+                      row counts in the loss normaliser; `advantages` are already scaled by it
     old_logprobs      [B, T] float32 under the weights at the start of the learner step; None
                       until the learner fills it in with `with_old_logprobs`
     """
@@ -38,6 +47,7 @@ class Batch:
     loss_mask: Tensor
     advantages: Tensor
     sampler_logprobs: Tensor
+    weights: Tensor
     old_logprobs: Tensor | None = None
 
     @property
@@ -83,13 +93,15 @@ class Batch:
 
 
 def collate(trajectories: Sequence[Trajectory], advantages: np.ndarray, pad_id: int) -> Batch:
-    """Stack trajectories into a right-padded Batch; row i is trajectories[i].
+    """Stack trajectories into a right-padded Batch: one row per trajectory row, in order
+    (row i is trajectories[i] when none has several rows; see the module docstring).
 
     advantages: [B], one per trajectory, in the same order; or an object array of B arrays,
     one advantage per model turn of each trajectory (`learner.advantage: turn`), which become
     [B, T] per-token advantages over each turn's sampled ids. Raises ValueError on an empty
     batch, a length mismatch between the advantages and the trajectories (or their turns),
-    or a trajectory whose token_ids, loss_mask and sampler_logprobs differ in length.
+    a trajectory whose token_ids, loss_mask and sampler_logprobs differ in length, or
+    row_starts that do not cut token_ids into non-empty rows.
     Non-finite advantages pass through: the learner detects them in the loss and skips that
     optimizer step.
     """
@@ -99,43 +111,61 @@ def collate(trajectories: Sequence[Trajectory], advantages: np.ndarray, pad_id: 
     adv = advantages if per_turn else np.asarray(advantages, dtype=np.float32).reshape(-1)
     if len(adv) != len(trajectories):
         raise ValueError(f"{len(adv)} advantages for {len(trajectories)} trajectories")
-    for i, traj in enumerate(trajectories):
-        lengths = {len(traj.token_ids), len(traj.loss_mask), len(traj.sampler_logprobs)}
-        if len(lengths) != 1 or 0 in lengths:
-            raise ValueError(
-                f"trajectory {i}: token_ids, loss_mask and sampler_logprobs must share one "
-                f"non-zero length, got {len(traj.token_ids)}, {len(traj.loss_mask)}, "
-                f"{len(traj.sampler_logprobs)}"
-            )
-    input_ids, attention_mask = right_pad([t.token_ids for t in trajectories], pad_id)
+    rows = [(i, row) for i, traj in enumerate(trajectories) for row in _rows(i, traj)]
+    input_ids, attention_mask = right_pad([trajectories[i].token_ids[r] for i, r in rows],
+                                          pad_id)
     size, length = input_ids.shape
     loss_mask = np.zeros((size, length), dtype=np.float32)
     sampler_logprobs = np.zeros((size, length), dtype=np.float32)
-    for i, traj in enumerate(trajectories):
-        n = len(traj.token_ids)
-        loss_mask[i, :n] = traj.loss_mask
+    weights = np.array([1.0 / len(trajectories[i].rows) for i, _ in rows], dtype=np.float32)
+    for b, (i, row) in enumerate(rows):
+        mask, traj = trajectories[i].loss_mask[row], trajectories[i]
+        loss_mask[b, : len(mask)] = mask
         # Zero off the mask whatever the engine wrote there: the gap metric reads mask tokens.
-        sampler_logprobs[i, :n] = np.where(traj.loss_mask != 0, traj.sampler_logprobs, 0.0)
+        sampler_logprobs[b, : len(mask)] = np.where(mask != 0, traj.sampler_logprobs[row], 0.0)
+    if per_turn:
+        row_adv = _token_advantages(trajectories, rows, adv, length) * weights[:, None]
+    else:
+        row_adv = np.array([adv[i] for i, _ in rows], dtype=np.float32) * weights
     return Batch(
         input_ids=input_ids,
         attention_mask=attention_mask,
         loss_mask=torch.from_numpy(loss_mask),
-        advantages=torch.from_numpy(_token_advantages(trajectories, adv, length) if per_turn
-                                    else adv.copy()),
+        advantages=torch.from_numpy(row_adv.astype(np.float32)),
         sampler_logprobs=torch.from_numpy(sampler_logprobs),
+        weights=torch.from_numpy(weights),
     )
 
 
-def _token_advantages(trajectories: Sequence[Trajectory], per_turn: np.ndarray,
-                      length: int) -> np.ndarray:
-    """[B, T] float32: turn t's advantage on the ids of turn t (Trajectory.turns), 0 else."""
-    out = np.zeros((len(trajectories), length), dtype=np.float32)
+def _rows(i: int, traj: Trajectory) -> list[slice]:
+    """The rows of trajectory `i`, checked."""
+    lengths = {len(traj.token_ids), len(traj.loss_mask), len(traj.sampler_logprobs)}
+    if len(lengths) != 1 or 0 in lengths:
+        raise ValueError(
+            f"trajectory {i}: token_ids, loss_mask and sampler_logprobs must share one "
+            f"non-zero length, got {len(traj.token_ids)}, {len(traj.loss_mask)}, "
+            f"{len(traj.sampler_logprobs)}"
+        )
+    rows = traj.rows
+    if any(r.stop <= r.start for r in rows):
+        raise ValueError(f"trajectory {i}: row_starts {traj.row_starts} must increase "
+                         f"strictly inside its {len(traj.token_ids)} tokens")
+    return rows
+
+
+def _token_advantages(trajectories: Sequence[Trajectory], rows: list[tuple[int, slice]],
+                      per_turn: np.ndarray, length: int) -> np.ndarray:
+    """[rows, T] float32: turn t's advantage on the ids of turn t (Trajectory.turns) in the
+    row that holds them, 0 else."""
     for i, (traj, adv) in enumerate(zip(trajectories, per_turn, strict=True)):
         if len(adv) != len(traj.turns):
             raise ValueError(f"trajectory {i}: {len(adv)} turn advantages for "
                              f"{len(traj.turns)} turns")
-        for turn, value in zip(traj.turns, adv, strict=True):
-            out[i, turn.start: turn.end] = value
+    out = np.zeros((len(rows), length), dtype=np.float32)
+    for b, (i, row) in enumerate(rows):
+        for turn, value in zip(trajectories[i].turns, per_turn[i], strict=True):
+            if row.start <= turn.start < row.stop:
+                out[b, turn.start - row.start: turn.end - row.start] = value
     return out
 
 

@@ -136,7 +136,8 @@ class GSPOLearner:
         batch = collate(trajectories, advantages, self.pad_id)
         self.forward.filler = batch.select(np.array([0]))  # see _Forward.fill
         minis = self._mini_batches(batch, temperature)
-        results = [self._optimizer_step(mini, size, temperature) for mini, size in minis]
+        results = [self._optimizer_step(mini, size, norm, temperature)
+                   for mini, size, norm in minis]
         outputs, lengths = self.dp.gathered([o for r in results for o in r.outputs],
                                             [n for r in results for n in r.lengths])
         self.counters["version"] += 1
@@ -144,22 +145,24 @@ class GSPOLearner:
             self.counters["skipped_steps"] += not r.applied
             self.counters["skipped_in_row"] = 0 if r.applied else self.counters[
                 "skipped_in_row"] + 1
-        gap, entropy = _token_means([m for m, _ in minis if m is not None],
+        gap, entropy = _token_means([m for m, _, _ in minis if m is not None],
                                     self._entropy_sum, self.dp)
         metrics = _metrics(results, outputs, lengths, lr, self.counters["skipped_in_row"], gap)
         return {**metrics, "learner/entropy": entropy}
 
-    def _mini_batches(self, batch: Batch, temperature: float) -> list[tuple[Batch | None, int]]:
+    def _mini_batches(self, batch: Batch, temperature: float
+                      ) -> list[tuple[Batch | None, int, float]]:
         """Shuffle (seeded by seed and version), split into mini-batches, attach old_logprobs.
-        Returns (this rank's slice of the mini-batch, or None if it has no rows; the size of
-        the whole mini-batch, the loss normaliser) per mini-batch.
+        Returns (this rank's slice of the mini-batch, or None if it has no rows; the rows of
+        the whole mini-batch; their summed weights, the loss normaliser N: the number of
+        sequences, where an episode of k rows counts 1/k a row) per mini-batch.
 
         All old_logprobs are computed before any update: they are the policy at step start.
         With fewer sequences than `mini_batches`, each sequence is its own mini-batch.
         """
         order = np.random.default_rng([self.seed, self.version]).permutation(batch.size)
         self._entropy_sum = 0.0
-        out: list[tuple[Batch | None, int]] = []
+        out: list[tuple[Batch | None, int, float]] = []
         for rows in np.array_split(order, min(self.cfg.mini_batches, batch.size)):
             mine = self.dp.share(rows)
             mini = batch.select(mine) if len(mine) else None
@@ -174,13 +177,14 @@ class GSPOLearner:
                 if mini.advantages.dim() == 2:  # per-token advantages: one weight a row
                     weights = weights[:, None]
                 mini = dataclasses.replace(mini, advantages=mini.advantages * weights)
-            out.append((mini, len(rows)))
+            out.append((mini, len(rows), float(batch.weights[rows].sum())))
         return out
 
-    def _optimizer_step(self, mini: Batch | None, size: int, temperature: float) -> _MiniResult:
-        """Accumulate the mini-batch gradient over micro-batches (normaliser `size`: the whole
-        mini-batch); the backend sums it over the data-parallel group, clips, and steps
-        unless non-finite."""
+    def _optimizer_step(self, mini: Batch | None, size: int, norm: float,
+                        temperature: float) -> _MiniResult:
+        """Accumulate the mini-batch gradient over micro-batches (normaliser `norm`: the whole
+        mini-batch's, of `size` rows); the backend sums it over the data-parallel group,
+        clips, and steps unless non-finite."""
         cfg, dev = self.cfg, self.device
         loss, outputs, lengths, tokens = 0.0, [], [], 0
         micros = mini.split(cfg.micro_batch_size) if mini is not None else []
@@ -189,12 +193,12 @@ class GSPOLearner:
             out = self.loss_fn(
                 logprobs, micro.old_logprobs.to(dev), micro.advantages.to(dev),
                 micro.loss_mask.to(dev),
-                cfg.clip_low, cfg.clip_high, size,  # global normaliser: the whole mini-batch
+                cfg.clip_low, cfg.clip_high, norm,  # global normaliser: the whole mini-batch
             )
             total = out.loss
             if entropy is not None:  # the exploration bonus, with the same normaliser
                 total = total - cfg.entropy_coef * gspo.entropy_bonus(
-                    entropy, micro.loss_mask.to(dev), size)
+                    entropy, micro.loss_mask.to(dev), norm)
             self.backend.backward(total)
             loss += total.item()
             outputs.append(gspo.LossOutput(out.loss.detach().cpu(), out.ratio.cpu(),

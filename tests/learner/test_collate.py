@@ -1,5 +1,7 @@
 """learner/collate.py: right padding, masks and advantages in place, ids kept exactly."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -112,3 +114,58 @@ def test_turn_advantages_become_per_token_advantages():
     per_turn[0] = np.array([1.0], dtype=np.float32)
     with pytest.raises(ValueError, match="1 turn advantages for 2 turns"):
         collate([traj], per_turn, pad_id=0)
+
+
+def _rows_traj(rows, advantage_turns=False):
+    """One episode recorded as several rows (each: ids, mask), back to back."""
+    ids = [i for r in rows for i in r[0]]
+    mask = [m for r in rows for m in r[1]]
+    starts = tuple(np.cumsum([len(r[0]) for r in rows[:-1]]).tolist())
+    return dataclasses.replace(_traj(ids, mask), row_starts=starts)
+
+
+def test_an_episode_of_k_rows_is_k_sequences_of_weight_one_over_k():
+    split = _rows_traj([([5, 6, 7], [0, 1, 1]), ([8, 9, 10, 11], [0, 0, 1, 1])])
+    whole = _traj([21, 22, 23], [0, 0, 1])
+    batch = collate([split, whole], np.array([2.0, -1.0]), pad_id=PAD)
+    assert batch.size == 3
+    assert batch.input_ids[:, :4].tolist() == [[5, 6, 7, PAD], [8, 9, 10, 11], [21, 22, 23, PAD]]
+    assert batch.loss_mask[1].tolist() == [0, 0, 1, 1]
+    assert batch.weights.tolist() == [0.5, 0.5, 1.0]
+    assert batch.advantages.tolist() == [1.0, 1.0, -1.0]  # the episode's advantage, halved
+    assert batch.sampler_logprobs[1].tolist() == [0, 0, -5.5, -6.5]  # its own slice
+    with pytest.raises(ValueError, match="row_starts"):
+        collate([dataclasses.replace(whole, row_starts=(3,))], np.array([1.0]), pad_id=PAD)
+
+
+def test_gspo_loss_does_not_change_when_an_episode_is_split_into_equal_rows():
+    """Each row is a sequence with its own ratio, weighted 1/k, and the normaliser sums the
+    weights: an episode split into k copies of one row weighs exactly what the row does."""
+    from arl.gspo import gspo_loss
+
+    row = ([5, 6, 7, 8], [0, 1, 1, 1])
+    other = _traj([9, 10, 11], [0, 1, 1])
+
+    def loss(trajectories):
+        batch = collate(trajectories, np.array([1.5, -0.5]), pad_id=PAD)
+        old = batch.sampler_logprobs
+        new = old + 0.01 * torch.sin(batch.input_ids.float()) * batch.loss_mask  # s != 1
+        return gspo_loss(new, old, batch.advantages, batch.loss_mask, 3e-4, 4e-4,
+                         float(batch.weights.sum())).loss
+
+    one_row = loss([_traj(*row), other])
+    for k in (2, 3):
+        assert loss([_rows_traj([row] * k), other]) == pytest.approx(float(one_row), rel=1e-6)
+    assert float(one_row) != 0.0
+
+
+def test_turn_advantages_land_in_the_row_that_holds_each_turn():
+    from arl.types import Turn
+
+    split = dataclasses.replace(
+        _rows_traj([([5, 6, 7], [0, 1, 1]), ([8, 9, 10], [0, 1, 1])]),
+        turns=(Turn(1, 3, 0.0), Turn(4, 6, 1.0)))
+    per_turn = np.empty(1, dtype=object)
+    per_turn[0] = np.array([2.0, 4.0])
+    batch = collate([split], per_turn, pad_id=PAD)
+    assert batch.advantages.tolist() == [[0, 1.0, 1.0], [0, 2.0, 2.0]]

@@ -1,0 +1,151 @@
+"""Agent functions through the real endpoint (aiohttp server, the official openai client, a
+real tiny model): exact capture against arl's own episode loop, prefix splits, and hostile
+agents."""
+
+from __future__ import annotations
+
+import numpy as np
+import openai
+import pytest
+
+from actors.agent_endpoint import play_agent_episodes
+from actors.engines.hf import HFEngine
+from arl.agent import AgentTask
+from arl.env_spec import EnvContext, resolve_env
+from arl.episode import ChatRenderer, run_episodes
+from arl.types import SamplingParams
+from envs.registry import env_config
+from examples.env_agent import run_agent as env_agent
+
+
+@pytest.fixture(scope="module")
+def engine(warm_model_dir):
+    return HFEngine(warm_model_dir, dtype="float32")
+
+
+def _renderer(engine):
+    tok = engine.get_tokenizer()
+    return ChatRenderer(tok, stop_token=tok.eos_token)
+
+
+def _both(engine, cfg, seeds, group_size, max_turns, max_new_tokens=24):
+    """(built-in trajectories, agent-function trajectories) of the same start states."""
+    params = SamplingParams(1.0, 1.0, max_new_tokens, seed=11)
+    spec = resolve_env(cfg.name)
+    starts = [(s, g, i) for g, s in enumerate(seeds) for i in range(group_size)]
+    builtin = run_episodes(engine, _renderer(engine),
+                           [(spec.make(cfg, EnvContext(i)), s, g) for s, g, i in starts],
+                           params, max_turns=max_turns)
+    tasks = [AgentTask(s, g, i, cfg, max_turns=max_turns) for s, g, i in starts]
+    agent = play_agent_episodes(engine, _renderer(engine), env_agent, tasks, params,
+                                max_turns, "127.0.0.1")
+    return builtin, agent
+
+
+def _assert_same(builtin, agent):
+    assert len(builtin) == len(agent)
+    for b, a in zip(builtin, agent, strict=True):
+        assert a.failure is None and b.failure is None
+        np.testing.assert_array_equal(a.token_ids, b.token_ids)
+        np.testing.assert_array_equal(a.loss_mask, b.loss_mask)
+        np.testing.assert_array_equal(a.sampler_logprobs, b.sampler_logprobs)
+        assert (a.reward, a.num_turns, a.num_tool_calls, a.num_invalid_calls, a.outcome,
+                a.turns) == (b.reward, b.num_turns, b.num_tool_calls, b.num_invalid_calls,
+                             b.outcome, b.turns)
+        assert a.row_starts == () and a.metrics["rollout/prefix_splits"] == 0
+
+
+def test_one_move_task_as_an_agent_function_gives_the_builtin_trajectories(engine):
+    builtin, agent = _both(engine, env_config(), seeds=[3, 4, 5, 6], group_size=4,
+                           max_turns=1)
+    _assert_same(builtin, agent)
+    assert {t.num_invalid_calls for t in agent} == {0, 1}  # valid and invalid calls both seen
+
+
+def test_full_games_as_an_agent_function_give_the_builtin_trajectories(engine):
+    cfg = env_config(name="tictactoe", opponent="random", invalid_action="retry")
+    builtin, agent = _both(engine, cfg, seeds=[7, 8], group_size=3, max_turns=5)
+    _assert_same(builtin, agent)
+    assert max(t.num_turns for t in agent) >= 3  # the conversation was extended turn by turn
+
+
+async def _forgetful_agent(client, task):
+    """Asks twice; the second request drops the first exchange: a new training row."""
+    messages = [{"role": "user", "content": "Pick a square."}]
+    first = await client.chat.completions.create(model=task.model, messages=messages)
+    await client.chat.completions.create(model=task.model, messages=[
+        {"role": "user", "content": "Pick again: " + (first.choices[0].message.content
+                                                      or "")[:20]}])
+    return 0.5
+
+
+def test_a_request_that_does_not_extend_the_record_starts_a_new_row(engine):
+    params = SamplingParams(1.0, 1.0, 8, seed=1)
+    tasks = [AgentTask(1, 0, i, env_config(), max_turns=2) for i in range(2)]
+    trajs = play_agent_episodes(engine, _renderer(engine), _forgetful_agent, tasks, params, 2,
+                                "127.0.0.1")
+    for t in trajs:
+        assert t.failure is None and t.reward == 0.5 and t.num_turns == 2
+        assert len(t.row_starts) == 1 and t.metrics["rollout/prefix_splits"] == 1
+        first, second = t.rows
+        assert t.loss_mask[first].sum() > 0 and t.loss_mask[second].sum() > 0
+        assert t.loss_mask[second][0] == 0  # the new row opens with its rendered prompt
+        assert [turn.reward for turn in t.turns] == [0.0, 0.5]
+
+
+SEEN: dict[str, str] = {}
+
+
+async def _hostile_agent(client, task):
+    """Variant v makes one kind of bad request, records the error and re-raises it."""
+    base = [{"role": "user", "content": "hello"}]
+    kind = ["role", "history", "huge", "temperature", "fine"][task.variant]
+    try:
+        if kind == "role":
+            await client.chat.completions.create(model="m", messages=[
+                {"role": "wizard", "content": "hi"}])
+        elif kind == "history":
+            reply = await client.chat.completions.create(model="m", messages=base)
+            forged = {"role": "assistant", "content": (reply.choices[0].message.content or "")
+                      + " and I also said this"}
+            await client.chat.completions.create(model="m", messages=[
+                *base, forged, {"role": "user", "content": "go on"}])
+        elif kind == "huge":
+            await client.chat.completions.create(model="m", messages=[
+                {"role": "user", "content": "x" * 2**20}])
+        elif kind == "temperature":
+            await client.chat.completions.create(model="m", messages=base, temperature=0.3)
+        else:
+            await client.chat.completions.create(model="m", messages=base)
+            return 1.0
+    except openai.BadRequestError as err:
+        SEEN[kind] = err.body["message"]
+        raise
+    return 1.0
+
+
+def test_hostile_agents_get_clear_errors_and_fail_only_their_episodes(engine):
+    params = SamplingParams(1.0, 1.0, 8, seed=2)
+    tasks = [AgentTask(1, 0, i, env_config(), max_turns=3) for i in range(5)]
+    trajs = play_agent_episodes(engine, _renderer(engine), _hostile_agent, tasks, params, 3,
+                                "127.0.0.1")
+    assert "messages[0].role must be one of" in SEEN["role"]
+    assert "did not sample" in SEEN["history"]
+    assert "1048576 characters; the limit is 100000" in SEEN["huge"]
+    assert "temperature is pinned to 1.0" in SEEN["temperature"]
+    failed = [t.failure for t in trajs[:4]]
+    assert all(f is not None and f.startswith("agent raised BadRequestError") for f in failed)
+    assert [t.metrics["rollout/agent_request_errors"] for t in trajs] == [1, 1, 1, 1, 0]
+    assert trajs[4].failure is None and trajs[4].reward == 1.0 and trajs[4].num_turns == 1
+    assert trajs[1].num_turns == 1  # the refused request sampled nothing
+
+
+async def _no_request_agent(client, task):
+    return 1.0
+
+
+def test_an_agent_that_never_asks_fails_its_episode(engine):
+    tasks = [AgentTask(1, 0, 0, env_config())]
+    (traj,) = play_agent_episodes(engine, _renderer(engine), _no_request_agent, tasks,
+                                  SamplingParams(1.0, 1.0, 8, seed=2), 1, "127.0.0.1")
+    assert traj.failure == "the agent made no request" and len(traj.token_ids) == 0
