@@ -116,7 +116,7 @@ def test_turn_advantages_become_per_token_advantages():
         collate([traj], per_turn, pad_id=0)
 
 
-def _rows_traj(rows, advantage_turns=False):
+def _rows_traj(rows):
     """One episode recorded as several rows (each: ids, mask), back to back."""
     ids = [i for r in rows for i in r[0]]
     mask = [m for r in rows for m in r[1]]
