@@ -2,12 +2,14 @@
 # name on actors, hooks that frameworks call, attributes set for their side effects, and
 # pytest's own conventions. Each line is a use of the name.
 from actors import learner, rollout
+from arl import agent
 from app import view
 
 learner.LearnerWorker.broadcast_weights  # called through ActorGroup.submit("broadcast_weights")
 rollout.RolloutWorker.receive_weights  # called through ActorGroup.submit("receive_weights")
 view.ReportHandler.do_GET  # http.server's request hook
 view.ReportHandler.log_message  # http.server's logging hook
+agent.parsed_turn  # the helper agent functions call (examples/env_agent.py)
 _.ENABLE_RAY_CLUSTER  # a Ray constant set for its effect (actors/connect.py)
 _._timeout  # ProcessGroupNCCL options (actors/transport.py)
 _._store  # kept alive with its process group (actors/transport.py)
@@ -21,4 +23,5 @@ pytestmark  # pytest's module marker
 one_thread  # a pytest fixture
 _one_thread_per_process  # an autouse fixture
 _local_ray  # an autouse fixture (tests/actors/test_model_files.py)
-make_agent  # named by env.agent in tests/envs/test_textarena.py
+make_agent  # named by env.opponent_agent in tests/envs/test_textarena.py
+mixed  # named by env.agent in tests/system/test_agent_train.py

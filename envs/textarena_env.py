@@ -15,7 +15,7 @@ legal moves arl can read from TextArena's state (`LEGAL_MOVES`); policy: a froze
 of the policy (self-play), asked with the opponent's own observations so far and picking
 among the calls of the legal moves; or agent: any TextArena
 agent (a callable from the observation text to the move, such as `textarena.agents`' API
-agents), built by the zero-argument factory `env.agent` names (`package.module:attr`).
+agents), built by the zero-argument factory `env.opponent_agent` names (`package.module:attr`).
 Single-player games (`env.num_players: 1`) have none.
 
 Reward: the agent's TextArena reward times `env.reward_scale`, or `env.reward_invalid` when
@@ -58,8 +58,8 @@ class TextArenaConfig(EnvConfig):
                         choices=("random", "minimax", "policy", "agent"))
     opponent_refresh_every: int = opt(10, "opponent=policy: steps between refreshes of the "
                                       "snapshot", check="positive")
-    agent: str = opt("", "opponent=agent: package.module:attr, a zero-argument factory of a "
-                     "TextArena agent (observation text -> move)")
+    opponent_agent: str = opt("", "opponent=agent: package.module:attr, a zero-argument "
+                              "factory of a TextArena agent (observation text -> move)")
     seat: str = opt("random", "the agent's player id; random: drawn from the episode seed",
                     choices=("random", "0", "1"))
     reward_scale: float = opt(1.0, "the episode reward is the agent's TextArena reward times "
@@ -114,7 +114,8 @@ def load_agent(name: str) -> Callable[[], Any]:
     try:
         return getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError, ValueError):
-        raise ValueError(f"env.agent {name!r} names no importable package.module:attr") from None
+        raise ValueError(f"env.opponent_agent {name!r} names no importable "
+                         "package.module:attr") from None
 
 
 def _core(env: Any) -> Any:
@@ -133,7 +134,7 @@ class TextArenaEnv:
         self.cfg, self._policy = cfg, policy
         self._legal = _table(LEGAL_MOVES, cfg.game)
         self._best = _table(BEST_MOVES, cfg.game)
-        self._agent = load_agent(cfg.agent)() if cfg.opponent == "agent" else None
+        self._agent = load_agent(cfg.opponent_agent)() if cfg.opponent == "agent" else None
         self._done: bool | None = None
 
     def reset(self, seed: int) -> EnvReset:
@@ -237,9 +238,9 @@ def _check(env: TextArenaConfig, cfg: Any) -> None:
         raise ConfigError("env.num_players", "must be 1 or 2")
     if env.opponent == "agent":
         try:
-            load_agent(env.agent)
+            load_agent(env.opponent_agent)
         except ValueError as err:
-            raise ConfigError("env.agent", str(err)) from None
+            raise ConfigError("env.opponent_agent", str(err)) from None
     elif env.num_players == 2 and _table(LEGAL_MOVES, env.game) is None:
         raise ConfigError("env.game", f"arl has no opponent for {env.game!r}: its legal moves "
                           f"are read for {sorted(LEGAL_MOVES)} only")

@@ -52,7 +52,7 @@ def test_minimax_opponent_never_loses():
 
 
 def make_agent():
-    """A TextArena agent, as `env.agent` names one: observation text -> move."""
+    """A TextArena agent, as `env.opponent_agent` names one: observation text -> move."""
     def agent(observation: str) -> str:
         assert "Board" in observation  # it sees its own view of the game
         return "[col 6]"
@@ -61,7 +61,7 @@ def make_agent():
 
 def test_a_textarena_agent_is_the_opponent():
     cfg = _env_cfg("env.game=ConnectFour-v0-raw", "env.opponent=agent", "env.seat=0",
-                   f"env.agent={__name__}:make_agent")
+                   f"env.opponent_agent={__name__}:make_agent")
     env = resolve_env("textarena").make(cfg)
     env.reset(0)
     step = None
@@ -95,8 +95,8 @@ def test_config_refuses_unknown_games_and_opponents():
         _env_cfg("env.game=NoSuchGame-v0")
     with pytest.raises(ConfigError, match="env.opponent"):
         _env_cfg("env.game=ConnectFour-v0-raw", "env.opponent=minimax")
-    with pytest.raises(ConfigError, match="env.agent"):
-        _env_cfg("env.opponent=agent", "env.agent=no.such:thing")
+    with pytest.raises(ConfigError, match="env.opponent_agent"):
+        _env_cfg("env.opponent=agent", "env.opponent_agent=no.such:thing")
 
 
 @pytest.mark.slow  # make test-slow (CI runs it, with the extra installed)
