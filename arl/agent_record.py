@@ -100,7 +100,7 @@ class AgentEpisode:
     def _prompt(self, body: Any) -> list[int]:
         if not isinstance(body, dict):
             raise RequestError("the request body must be a JSON object")
-        self._check_settings(body)
+        _check_settings(body, self.pinned)
         if len(self.turns) >= self.pinned.max_turns:
             raise RequestError(f"this episode's {self.pinned.max_turns} completions "
                                "(rollout.max_turns) are spent", "messages")
@@ -175,27 +175,6 @@ class AgentEpisode:
             raise RequestError(f"the chat template cannot render these messages: "
                                f"{type(err).__name__}: {str(err)[:200]}", "messages") from None
 
-    def _check_settings(self, body: dict[str, Any]) -> None:
-        p = self.pinned
-        pinned = {"temperature": p.temperature, "top_p": p.top_p, "n": 1,
-                  "max_tokens": p.max_new_tokens, "max_completion_tokens": p.max_new_tokens}
-        for key, value in body.items():
-            if key in pinned:
-                if value is not None and value != pinned[key]:
-                    raise RequestError(f"{key} is pinned to {pinned[key]} by the run's config "
-                                       f"(got {value!r}); omit it", key)
-            elif key == "stream":
-                if value:
-                    raise RequestError("streaming is not supported; omit stream", key)
-            elif key in REFUSED:
-                if value is not None:
-                    raise RequestError(f"{key} is not supported: the endpoint samples with the "
-                                       "run's settings only; omit it", key)
-            elif key not in IGNORED:
-                raise RequestError(f"unknown request field {key[:40]!r}", key)
-        if body.get("tool_choice", "auto") not in ("auto", "none"):
-            raise RequestError("tool_choice must be auto or none", "tool_choice")
-
     def _key(self, raw: Any, i: int) -> tuple:
         """A message as compared across requests; RequestError for a malformed one or an
         assistant message this endpoint did not sample."""
@@ -232,6 +211,28 @@ class AgentEpisode:
         """(token_ids int32, loss_mask int8, sampler_logprobs float32) of every row."""
         return (np.asarray(self.ids, dtype=np.int32), np.asarray(self.mask, dtype=np.int8),
                 np.asarray(self.logprobs, dtype=np.float32))
+
+
+def _check_settings(body: dict[str, Any], p: Pinned) -> None:
+    """RequestError for a request that asks for other sampling than the run's."""
+    pinned = {"temperature": p.temperature, "top_p": p.top_p, "n": 1,
+              "max_tokens": p.max_new_tokens, "max_completion_tokens": p.max_new_tokens}
+    for key, value in body.items():
+        if key in pinned:
+            if value is not None and value != pinned[key]:
+                raise RequestError(f"{key} is pinned to {pinned[key]} by the run's config "
+                                   f"(got {value!r}); omit it", key)
+        elif key == "stream":
+            if value:
+                raise RequestError("streaming is not supported; omit stream", key)
+        elif key in REFUSED:
+            if value is not None:
+                raise RequestError(f"{key} is not supported: the endpoint samples with the "
+                                   "run's settings only; omit it", key)
+        elif key not in IGNORED:
+            raise RequestError(f"unknown request field {key[:40]!r}", key)
+    if body.get("tool_choice", "auto") not in ("auto", "none"):
+        raise RequestError("tool_choice must be auto or none", "tool_choice")
 
 
 def _text(content: Any, where: str) -> str:

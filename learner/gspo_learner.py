@@ -136,8 +136,7 @@ class GSPOLearner:
         batch = collate(trajectories, advantages, self.pad_id)
         self.forward.filler = batch.select(np.array([0]))  # see _Forward.fill
         minis = self._mini_batches(batch, temperature)
-        results = [self._optimizer_step(mini, size, norm, temperature)
-                   for mini, size, norm in minis]
+        results = [self._optimizer_step(*mini, temperature) for mini in minis]
         outputs, lengths = self.dp.gathered([o for r in results for o in r.outputs],
                                             [n for r in results for n in r.lengths])
         self.counters["version"] += 1
@@ -150,12 +149,10 @@ class GSPOLearner:
         metrics = _metrics(results, outputs, lengths, lr, self.counters["skipped_in_row"], gap)
         return {**metrics, "learner/entropy": entropy}
 
-    def _mini_batches(self, batch: Batch, temperature: float
-                      ) -> list[tuple[Batch | None, int, float]]:
+    def _mini_batches(self, batch: Batch, temperature: float) -> list[tuple]:
         """Shuffle (seeded by seed and version), split into mini-batches, attach old_logprobs.
         Returns (this rank's slice of the mini-batch, or None if it has no rows; the rows of
-        the whole mini-batch; their summed weights, the loss normaliser N: the number of
-        sequences, where an episode of k rows counts 1/k a row) per mini-batch.
+        the whole mini-batch; their summed weights, the loss normaliser N) per mini-batch.
 
         All old_logprobs are computed before any update: they are the policy at step start.
         With fewer sequences than `mini_batches`, each sequence is its own mini-batch.
@@ -180,11 +177,10 @@ class GSPOLearner:
             out.append((mini, len(rows), float(batch.weights[rows].sum())))
         return out
 
-    def _optimizer_step(self, mini: Batch | None, size: int, norm: float,
-                        temperature: float) -> _MiniResult:
-        """Accumulate the mini-batch gradient over micro-batches (normaliser `norm`: the whole
-        mini-batch's, of `size` rows); the backend sums it over the data-parallel group,
-        clips, and steps unless non-finite."""
+    def _optimizer_step(self, mini: Batch | None, size: int, norm: float, temperature: float
+                        ) -> _MiniResult:
+        """Accumulate the gradient of a mini-batch of `size` rows (normaliser `norm`) over
+        micro-batches; the backend sums it over ranks, clips, and steps unless non-finite."""
         cfg, dev = self.cfg, self.device
         loss, outputs, lengths, tokens = 0.0, [], [], 0
         micros = mini.split(cfg.micro_batch_size) if mini is not None else []
