@@ -40,14 +40,20 @@ class _Rounds:
         self.error: BaseException | None = None
 
     def submit(self, index: int, prompt: list[int]) -> asyncio.Future:
+        if index in self.waiting:
+            raise RuntimeError(f"episode {index} already waits for a completion")
         future = asyncio.get_running_loop().create_future()
         self.waiting[index] = (prompt, future)
         self._maybe_run()
         return future
 
-    def finished(self) -> None:
-        """One agent is done: the others may all be waiting now."""
+    def finished(self, index: int) -> None:
+        """Agent `index` is done: a request it left waiting is dropped, and the others may
+        all be waiting now."""
         self.live -= 1
+        _, future = self.waiting.pop(index, (None, None))
+        if future is not None and not future.done():
+            future.cancel()
         self._maybe_run()
 
     def _maybe_run(self) -> None:
@@ -64,13 +70,18 @@ class _Rounds:
         self.round += 1
         try:  # blocking on purpose: every live agent is waiting for this call
             generations = self.engine.generate([prompt for prompt, _ in batch], params)
+            if len(generations) != len(batch):
+                raise RuntimeError(f"{len(generations)} generations for {len(batch)} prompts")
         except Exception as err:  # an engine failure fails the collect, not one episode
             self.error = err
-            for _, future in batch:
-                future.set_exception(RuntimeError("the rollout engine failed"))
-            return
+            generations = [RuntimeError("the rollout engine failed")] * len(batch)
         for (_, future), generation in zip(batch, generations, strict=True):
-            future.set_result(generation)
+            if future.done():  # cancelled meanwhile
+                continue
+            if isinstance(generation, BaseException):
+                future.set_exception(generation)
+            else:
+                future.set_result(generation)
 
 
 class _Endpoint:
@@ -81,6 +92,7 @@ class _Endpoint:
         self.token_of = [secrets.token_urlsafe(16) for _ in episodes]  # unguessable paths
         self.tokens = {token: i for i, token in enumerate(self.token_of)}
         self.busy: set[int] = set()
+        self.closed: set[int] = set()  # episodes whose agent has returned
 
     async def chat(self, request: Any) -> Any:
         from aiohttp import web
@@ -89,26 +101,33 @@ class _Endpoint:
         if index is None:
             return _error(web, RequestError("no such episode", status=404))
         episode = self.episodes[index]
-        if index in self.busy:
+        if index in self.closed:
+            return _error(web, RequestError("this episode's agent has returned", status=410))
+        if index in self.busy:  # checked and taken before any await: no second way in
             episode.request_errors += 1
             return _error(web, RequestError("one request at a time per episode", status=409))
-        try:
-            body = json.loads(await request.text())
-        except ValueError:
-            episode.request_errors += 1
-            return _error(web, RequestError("the request body is not valid JSON"))
-        try:
-            prompt = episode.prompt(body)
-        except RequestError as err:
-            return _error(web, err)
         self.busy.add(index)
         try:
-            generation = await self.rounds.submit(index, prompt)
-        except RuntimeError as err:
-            return _error(web, RequestError(str(err), status=500))
+            return await self._answer(web, request, index, episode)
         finally:
             self.busy.discard(index)
-        return web.json_response(episode.complete(generation, MODEL_NAME))
+
+    async def _answer(self, web: Any, request: Any, index: int, episode: AgentEpisode) -> Any:
+        try:
+            body = json.loads(await request.text())
+        except (ValueError, RecursionError):
+            episode.request_errors += 1
+            return _error(web, RequestError("the request body is not valid JSON"))
+        if index in self.closed:
+            return _error(web, RequestError("this episode's agent has returned", status=410))
+        try:
+            prompt = episode.prompt(body)
+            generation = await self.rounds.submit(index, prompt)
+            return web.json_response(episode.complete(generation, MODEL_NAME))
+        except RequestError as err:
+            return _error(web, err)
+        except (RuntimeError, asyncio.CancelledError) as err:
+            return _error(web, RequestError(str(err) or "the episode ended", status=500))
 
     async def models(self, request: Any) -> Any:
         from aiohttp import web
@@ -141,7 +160,8 @@ async def _play(engine: RolloutEngine, renderer: ChatRenderer, agent: Callable,
     import openai
     from aiohttp import web
 
-    pinned = Pinned(params.temperature, params.top_p, params.max_new_tokens, max_turns)
+    pinned = Pinned(params.temperature, params.top_p, params.max_new_tokens, max_turns,
+                    int(getattr(engine, "max_model_len", 0) or 0))
     episodes = [AgentEpisode(renderer, pinned, i) for i in range(len(tasks))]
     rounds = _Rounds(engine, params, len(tasks))
     endpoint = _Endpoint(episodes, rounds)
@@ -166,7 +186,8 @@ async def _play(engine: RolloutEngine, renderer: ChatRenderer, agent: Callable,
         except Exception as err:  # an agent's bug or a refused request: this episode fails
             return None, f"agent raised {type(err).__name__}: {err}"[:200].replace("\n", " ")
         finally:
-            rounds.finished()
+            endpoint.closed.add(i)
+            rounds.finished(i)
 
     try:
         outcomes = await asyncio.gather(*(one(i, token)
@@ -183,7 +204,9 @@ async def _play(engine: RolloutEngine, renderer: ChatRenderer, agent: Callable,
 def _trajectory(episode: AgentEpisode, task: AgentTask, result: AgentResult | None,
                 failure: str | None, version: int) -> Trajectory:
     """The episode's record as a Trajectory, with its result's rewards on its turns."""
+    ids, mask, logprobs = episode.result_arrays()
     turns = episode.turns
+    failure = episode.failure or failure
     if failure is None and not turns:
         failure = "the agent made no request"
     if result is not None and failure is None:
@@ -195,7 +218,6 @@ def _trajectory(episode: AgentEpisode, task: AgentTask, result: AgentResult | No
         else:
             turns = [Turn(t.start, t.end, float(r), s)
                      for t, r, s in zip(turns, rewards, states, strict=True)]
-    ids, mask, logprobs = episode.result_arrays()
     reward = result.reward if result is not None and failure is None else 0.0
     metrics = {"rollout/prefix_splits": float(episode.prefix_splits),
                "rollout/agent_request_errors": float(episode.request_errors)}

@@ -61,6 +61,7 @@ class Pinned:
     top_p: float
     max_new_tokens: int
     max_turns: int
+    max_model_len: int = 0  # the engine's longest prompt + completion; 0: unknown
 
 
 @dataclass
@@ -80,13 +81,14 @@ class AgentEpisode:
     invalid_calls: int = 0
     prefix_splits: int = 0
     request_errors: int = 0
+    failure: str | None = None  # why the record cannot be trained on
+    _answered: int = 0  # len(ids) after the last completion: a prompt never answered is cut
     _expected: list[tuple] | None = None  # what a request extending the row starts with
     _history: list[Message] = field(default_factory=list)  # the row, as rendered
     _tools: tuple[ToolSchema, ...] = ()
-    _parse: bool = True  # parse tool calls in the next completion
     _finished: bool = True  # the last completion ended on the stop id
-    _sampled: dict[tuple, str] = field(default_factory=dict)  # reply -> its sampled text
-    _request: list[tuple] = field(default_factory=list)
+    _sampled: dict[tuple, list[str]] = field(default_factory=dict)  # reply -> sampled texts
+    _pending: tuple = ()  # (messages, tools, keys, parse) of the prompt being answered
 
     def prompt(self, body: Any) -> list[int]:
         """The ids to sample the next completion from, the row extended or a new row begun;
@@ -107,56 +109,71 @@ class AgentEpisode:
         raw = body.get("messages")
         if not isinstance(raw, list) or not raw:
             raise RequestError("messages must be a non-empty list", "messages")
-        keys = [self._key(m, i) for i, m in enumerate(raw)]
+        keys = [_message_key(m, i, self._sampled) for i, m in enumerate(raw)]
         tools = _tools(body.get("tools"))
-        messages = [self._message(key) for key in keys]
+        messages = _as_messages(keys, self._sampled)
         expected = self._expected
-        if (expected is not None and tools == self._tools and keys[: len(expected)] == expected
-                and all(k[0] != "assistant" for k in keys[len(expected):])):
+        extends = (expected is not None and tools == self._tools
+                   and keys[: len(expected)] == expected
+                   and all(k[0] != "assistant" for k in keys[len(expected):]))
+        if extends:
             new = messages[len(expected):]
-            ids = self._render(lambda: self.renderer.reply_ids(self._history, new, tools))
+            ids = _rendered(lambda: self.renderer.reply_ids(self._history, new, tools))
             if not self._finished:  # close the cut-off turn so the template lines up
                 ids = [self.renderer.stop_id, *ids]
             messages = [*self._history, *new]
+            length = self._answered - self._row_start() + len(ids)
         else:
-            ids = self._render(lambda: self.renderer.conversation_ids(messages, tools))
-            if self.ids:
-                self.row_starts.append(len(self.ids))
-                self.prefix_splits += 1
-        self._parse = bool(tools) and body.get("tool_choice", "auto") != "none"
-        self._history, self._tools, self._request = messages, tools, keys
+            ids = _rendered(lambda: self.renderer.conversation_ids(messages, tools))
+            length = len(ids)
+        _check_length(length, self.pinned)
+        self._cut(self._answered)  # a prompt that was never answered is not part of the row
+        if not extends and self.ids:
+            self.row_starts.append(len(self.ids))
+            self.prefix_splits += 1
+        self._pending = (messages, tools, keys, bool(tools) and
+                         body.get("tool_choice", "auto") != "none")
         self._append(ids, None)
         return list(self.ids[self._row_start():])
 
     def complete(self, generation: Generation, model: str) -> dict[str, Any]:
-        """Record one sampled completion of the last prompt; the chat.completion body."""
+        """Record one sampled completion of the last prompt; the chat.completion body.
+        Non-finite log-probs fail the episode (RequestError, HTTP 500)."""
         ids, finished = generation.token_ids, generation.finished
+        if not np.isfinite(generation.sampler_logprobs).all():
+            self.failure = "the engine returned non-finite sampler log-probs"
+            raise RequestError(self.failure, status=500)
+        messages, tools, keys, parse = self._pending
         start = len(self.ids)
         self._append(ids.tolist(), generation.sampler_logprobs.tolist())
+        self._answered = len(self.ids)
         body = ids[:-1] if finished else ids  # the stop id is not part of the text
         text = self.renderer.tokenizer.decode(body.tolist(), skip_special_tokens=False)
         self.turns.append(Turn(start, len(self.ids), 0.0))
         message: dict[str, Any] = {"role": "assistant", "content": text}
         finish = "stop" if finished else "length"
-        if self._parse:
-            turn = parse_turn(text, finished, self._tools)
+        if parse:
+            turn = parse_turn(text, finished, tools)
             self.tool_calls += isinstance(turn, ToolCall)
             self.invalid_calls += isinstance(turn, ToolCallError)
             message, finish = _with_call(message, turn, finish, f"call_{self.index}_"
                                          f"{len(self.turns)}")
-        self._finished = finished
         key = _key_of(message)
-        self._sampled[key] = text
-        self._history = [*self._history, Message("assistant", text)]
-        self._expected = [*self._request, key]
-        return {
-            "id": f"chatcmpl-{self.index}-{len(self.turns)}", "object": "chat.completion",
-            "created": 0, "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish,
-                         "logprobs": None}],
-            "usage": {"prompt_tokens": start - self._row_start(), "completion_tokens": len(ids),
-                      "total_tokens": len(self.ids) - self._row_start()},
-        }
+        self._sampled.setdefault(key, []).append(text)
+        self._finished, self._tools = finished, tools
+        self._history = [*messages, Message("assistant", text)]
+        self._expected = [*keys, key]
+        usage = {"prompt_tokens": start - self._row_start(), "completion_tokens": len(ids),
+                 "total_tokens": len(self.ids) - self._row_start()}
+        return {"id": f"chatcmpl-{self.index}-{len(self.turns)}", "object": "chat.completion",
+                "created": 0, "model": model, "usage": usage,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish,
+                             "logprobs": None}]}
+
+    def _cut(self, end: int) -> None:
+        """Drop every id from `end` on (and rows that begin there)."""
+        del self.ids[end:], self.mask[end:], self.logprobs[end:]
+        self.row_starts = [r for r in self.row_starts if r < end]
 
     def _row_start(self) -> int:
         return self.row_starts[-1] if self.row_starts else 0
@@ -168,49 +185,72 @@ class AgentEpisode:
         self.mask.extend([0 if logprobs is None else 1] * len(ids))
         self.logprobs.extend([0.0] * len(ids) if logprobs is None else logprobs)
 
-    def _render(self, render: Any) -> list[int]:
-        try:
-            return render()
-        except Exception as err:  # a template that refuses the conversation
-            raise RequestError(f"the chat template cannot render these messages: "
-                               f"{type(err).__name__}: {str(err)[:200]}", "messages") from None
-
-    def _key(self, raw: Any, i: int) -> tuple:
-        """A message as compared across requests; RequestError for a malformed one or an
-        assistant message this endpoint did not sample."""
-        where = f"messages[{i}]"
-        if not isinstance(raw, dict):
-            raise RequestError(f"{where} must be an object", where)
-        role = raw.get("role")
-        if role not in ROLES:
-            raise RequestError(f"{where}.role must be one of {sorted(ROLES)}, got "
-                               f"{str(role)[:40]!r}", f"{where}.role")
-        content = _text(raw.get("content"), where)
-        if len(content) > MAX_MESSAGE_CHARS:
-            raise RequestError(f"{where}.content has {len(content)} characters; the limit is "
-                               f"{MAX_MESSAGE_CHARS}", f"{where}.content")
-        key = _key_of({**raw, "role": ROLES[role], "content": content})
-        if key[0] == "assistant" and key not in self._sampled:
-            raise RequestError(f"{where} is an assistant message this endpoint did not sample "
-                               "in this episode: a history may drop turns, not rewrite them",
-                               where)
-        return key
-
-    def _message(self, key: tuple) -> Message:
-        """The message as the template renders it: a reply as its sampled text."""
-        if key[0] == "assistant":
-            return Message("assistant", self._sampled[key])
-        return Message(key[0], key[1])
-
     @property
     def messages(self) -> tuple[Message, ...]:
         """The conversation of the last row as rendered (replies as sampled text)."""
         return tuple(self._history)
 
     def result_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(token_ids int32, loss_mask int8, sampler_logprobs float32) of every row."""
+        """(token_ids int32, loss_mask int8, sampler_logprobs float32) of every row, up to
+        the last completion."""
+        self._cut(self._answered)
         return (np.asarray(self.ids, dtype=np.int32), np.asarray(self.mask, dtype=np.int8),
                 np.asarray(self.logprobs, dtype=np.float32))
+
+
+def _rendered(render: Any) -> list[int]:
+    """render(), a template's refusal as a RequestError."""
+    try:
+        return render()
+    except Exception as err:  # a template that refuses the conversation
+        raise RequestError(f"the chat template cannot render these messages: "
+                           f"{type(err).__name__}: {str(err)[:200]}", "messages") from None
+
+
+def _message_key(raw: Any, i: int, sampled: dict[tuple, list[str]]) -> tuple:
+    """A message as compared across requests; RequestError for a malformed one or an
+    assistant message this endpoint did not sample."""
+    where = f"messages[{i}]"
+    if not isinstance(raw, dict):
+        raise RequestError(f"{where} must be an object", where)
+    role = raw.get("role")
+    if role not in ROLES:
+        raise RequestError(f"{where}.role must be one of {sorted(ROLES)}, got "
+                           f"{str(role)[:40]!r}", f"{where}.role")
+    content = _text(raw.get("content"), where)
+    if len(content) > MAX_MESSAGE_CHARS:
+        raise RequestError(f"{where}.content has {len(content)} characters; the limit is "
+                           f"{MAX_MESSAGE_CHARS}", f"{where}.content")
+    key = _key_of({**raw, "role": ROLES[role], "content": content})
+    if key[0] == "assistant" and key not in sampled:
+        raise RequestError(f"{where} is an assistant message this endpoint did not sample "
+                           "in this episode: a history may drop turns, not rewrite them",
+                           where)
+    return key
+
+
+def _as_messages(keys: list[tuple], sampled: dict[tuple, list[str]]) -> list[Message]:
+    """The messages as the template renders them: the n-th copy of a reply in a request
+    as the n-th text sampled with that key (two texts can make one tool call)."""
+    seen: dict[tuple, int] = {}
+    out = []
+    for key in keys:
+        if key[0] == "assistant":
+            texts, n = sampled[key], seen.get(key, 0)
+            seen[key] = n + 1
+            out.append(Message("assistant", texts[min(n, len(texts) - 1)]))
+        else:
+            out.append(Message(key[0], key[1]))
+    return out
+
+
+def _check_length(prompt: int, pinned: Pinned) -> None:
+    """RequestError if a prompt of `prompt` ids leaves no room for a whole completion."""
+    limit = pinned.max_model_len
+    if limit and prompt + pinned.max_new_tokens > limit:
+        raise RequestError(f"the prompt has {prompt} tokens: with max_tokens "
+                           f"{pinned.max_new_tokens} it exceeds the model's context "
+                           f"of {limit}", "messages")
 
 
 def _check_settings(body: dict[str, Any], p: Pinned) -> None:
@@ -250,6 +290,8 @@ def _key_of(message: dict[str, Any]) -> tuple:
     """(role, content, tool calls as (name, canonical JSON arguments)): what two copies of
     one message share, whatever ids or null fields a client adds."""
     calls = []
+    if not isinstance(message.get("tool_calls") or [], list):
+        raise RequestError("tool_calls must be a list", "messages")
     for call in message.get("tool_calls") or []:
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict):
@@ -261,7 +303,7 @@ def _key_of(message: dict[str, Any]) -> tuple:
 def _canonical(arguments: Any) -> str:
     try:
         return json.dumps(json.loads(arguments), sort_keys=True)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return str(arguments)
 
 

@@ -186,14 +186,19 @@ def grpo_loss(
     return LossOutput(loss, ratio, low_frac, high_frac)
 
 
-def entropy_bonus(entropy: Tensor, loss_mask: Tensor, num_sequences: float) -> Tensor:
-    """B = (1/N) sum_i (1/|y_i|) sum_t mask_t * H_i,t: the policy's token entropy, averaged
-    per sequence like GSPO's ratio and normalised by the same global N, so that
-    `loss - coef * B` keeps the loss invariant to micro-batch and rank splits.
+def entropy_bonus(entropy: Tensor, loss_mask: Tensor, num_sequences: float,
+                  weights: Tensor | None = None) -> Tensor:
+    """B = (1/N) sum_i w_i (1/|y_i|) sum_t mask_t * H_i,t: the policy's token entropy,
+    averaged per sequence like GSPO's ratio and normalised by the same global N, so that
+    `loss - coef * B` keeps the loss invariant to micro-batch and rank splits. `weights`
+    [B] are the sequences' weights in N (1/k for each row of an episode of k rows; None: 1).
     entropy, loss_mask [B, T] -> [] (differentiable through `entropy`)."""
     _check(num_sequences)
     dtype = _compute_dtype(entropy)
-    return _masked_mean(entropy.to(dtype), loss_mask).sum() / num_sequences
+    per_sequence = _masked_mean(entropy.to(dtype), loss_mask)  # [B]
+    if weights is not None:
+        per_sequence = per_sequence * weights.to(dtype)
+    return per_sequence.sum() / num_sequences
 
 
 def behaviour_weights(old_logprobs: Tensor, sampler_logprobs: Tensor, loss_mask: Tensor,

@@ -194,7 +194,7 @@ class GSPOLearner:
             total = out.loss
             if entropy is not None:  # the exploration bonus, with the same normaliser
                 total = total - cfg.entropy_coef * gspo.entropy_bonus(
-                    entropy, micro.loss_mask.to(dev), norm)
+                    entropy, micro.loss_mask.to(dev), norm, micro.weights.to(dev))
             self.backend.backward(total)
             loss += total.item()
             outputs.append(gspo.LossOutput(out.loss.detach().cpu(), out.ratio.cpu(),

@@ -73,6 +73,8 @@ class HFEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype)
         self.model.eval()
+        # The longest prompt + completion the model takes (0: unknown); agents are held to it.
+        self.max_model_len = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
         self.model.requires_grad_(False)
         ids = default_stop_ids(self.tokenizer) if stop_token_ids is None else list(stop_token_ids)
         if not ids:

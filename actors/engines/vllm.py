@@ -108,6 +108,8 @@ class VLLMEngine:
             enable_chunked_prefill=False,
         )
         self.tokenizer = self.llm.get_tokenizer()
+        config = getattr(getattr(self.llm, "llm_engine", None), "model_config", None)
+        self.max_model_len = int(getattr(config, "max_model_len", 0) or max_model_len)
         ids = default_stop_ids(self.tokenizer) if stop_token_ids is None else list(stop_token_ids)
         if not ids:
             raise ValueError("no stop token ids: pass stop_token_ids explicitly")

@@ -4,6 +4,9 @@ agents."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+
 import numpy as np
 import openai
 import pytest
@@ -99,7 +102,7 @@ SEEN: dict[str, str] = {}
 async def _hostile_agent(client, task):
     """Variant v makes one kind of bad request, records the error and re-raises it."""
     base = [{"role": "user", "content": "hello"}]
-    kind = ["role", "history", "huge", "temperature", "fine"][task.variant]
+    kind = ["role", "history", "huge", "temperature", "long", "fine"][task.variant]
     try:
         if kind == "role":
             await client.chat.completions.create(model="m", messages=[
@@ -113,6 +116,9 @@ async def _hostile_agent(client, task):
         elif kind == "huge":
             await client.chat.completions.create(model="m", messages=[
                 {"role": "user", "content": "x" * 2**20}])
+        elif kind == "long":  # under the character cap, over the model's context
+            await client.chat.completions.create(model="m", messages=[
+                {"role": "user", "content": "1 2 3 " * 10_000}])
         elif kind == "temperature":
             await client.chat.completions.create(model="m", messages=base, temperature=0.3)
         else:
@@ -126,17 +132,18 @@ async def _hostile_agent(client, task):
 
 def test_hostile_agents_get_clear_errors_and_fail_only_their_episodes(engine):
     params = SamplingParams(1.0, 1.0, 8, seed=2)
-    tasks = [AgentTask(1, 0, i, env_config(), max_turns=3) for i in range(5)]
+    tasks = [AgentTask(1, 0, i, env_config(), max_turns=3) for i in range(6)]
     trajs = play_agent_episodes(engine, _renderer(engine), _hostile_agent, tasks, params, 3,
                                 "127.0.0.1")
     assert "messages[0].role must be one of" in SEEN["role"]
     assert "did not sample" in SEEN["history"]
     assert "1048576 characters; the limit is 100000" in SEEN["huge"]
     assert "temperature is pinned to 1.0" in SEEN["temperature"]
-    failed = [t.failure for t in trajs[:4]]
+    assert f"it exceeds the model's context of {engine.max_model_len}" in SEEN["long"]
+    failed = [t.failure for t in trajs[:5]]
     assert all(f is not None and f.startswith("agent raised BadRequestError") for f in failed)
-    assert [t.metrics["rollout/agent_request_errors"] for t in trajs] == [1, 1, 1, 1, 0]
-    assert trajs[4].failure is None and trajs[4].reward == 1.0 and trajs[4].num_turns == 1
+    assert [t.metrics["rollout/agent_request_errors"] for t in trajs] == [1, 1, 1, 1, 1, 0]
+    assert trajs[5].failure is None and trajs[5].reward == 1.0 and trajs[5].num_turns == 1
     assert trajs[1].num_turns == 1  # the refused request sampled nothing
 
 
@@ -149,3 +156,55 @@ def test_an_agent_that_never_asks_fails_its_episode(engine):
     (traj,) = play_agent_episodes(engine, _renderer(engine), _no_request_agent, tasks,
                                   SamplingParams(1.0, 1.0, 8, seed=2), 1, "127.0.0.1")
     assert traj.failure == "the agent made no request" and len(traj.token_ids) == 0
+
+
+async def _impatient_agent(client, task):
+    """Variant 0 sends two requests at once; 1 fires a request and returns without it;
+    2 behaves."""
+    ask = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    if task.variant == 0:
+        results = await asyncio.gather(
+            ask, client.chat.completions.create(model="m", messages=[
+                {"role": "user", "content": "hi"}]), return_exceptions=True)
+        SEEN["twice"] = sorted(type(r).__name__ for r in results)
+    elif task.variant == 1:
+        asyncio.ensure_future(ask)
+        await asyncio.sleep(0)
+    else:
+        await ask
+    return 1.0
+
+
+def test_concurrent_and_abandoned_requests_neither_hang_nor_corrupt_a_record(engine):
+    tasks = [AgentTask(1, 0, i, env_config(), max_turns=3) for i in range(3)]
+    trajs = play_agent_episodes(engine, _renderer(engine), _impatient_agent, tasks,
+                                SamplingParams(1.0, 1.0, 8, seed=2), 3, "127.0.0.1")
+    assert SEEN["twice"] == ["ChatCompletion", "ConflictError"]
+    assert trajs[0].num_turns == 1 and trajs[0].metrics["rollout/agent_request_errors"] == 1
+    assert trajs[0].loss_mask[-1] == 1  # the record ends on its one completion
+    assert trajs[2].failure is None and trajs[2].num_turns == 1
+    # the abandoned request was never answered: nothing of it stays in the record
+    assert trajs[1].num_turns == 0 and len(trajs[1].token_ids) == 0
+    assert trajs[1].failure == "the agent made no request"
+
+
+class _NaNEngine:
+    def __init__(self, engine):
+        self.engine, self.version = engine, engine.version
+
+    def generate(self, prompts, params):
+        out = self.engine.generate(prompts, params)
+        first = out[0]
+        out[0] = dataclasses.replace(first, sampler_logprobs=np.full_like(
+            first.sampler_logprobs, np.nan))
+        return out
+
+
+def test_non_finite_sampler_logprobs_fail_the_episode(engine):
+    tasks = [AgentTask(1, 0, i, env_config()) for i in range(2)]
+    first, second = play_agent_episodes(_NaNEngine(engine), _renderer(engine), env_agent,
+                                        tasks, SamplingParams(1.0, 1.0, 8, seed=2), 1,
+                                        "127.0.0.1")
+    assert first.failure == "the engine returned non-finite sampler log-probs"
+    assert second.failure is None and np.isfinite(second.sampler_logprobs).all()
+

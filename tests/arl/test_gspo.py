@@ -348,3 +348,14 @@ def test_gspo_token_with_per_token_advantages():
     torch.testing.assert_close(out.loss, expected.to(out.loss.dtype))
     with pytest.raises(ValueError, match="per-token"):
         gspo_loss(logprobs, old, token_adv, mask, *CLIPS, num_sequences=n)
+
+
+def test_entropy_bonus_weighs_each_row_as_the_loss_does():
+    from arl.gspo import entropy_bonus
+
+    entropy = torch.tensor([[0.5, 1.0], [1.5, 0.0], [2.0, 4.0]])
+    mask = torch.tensor([[1, 1], [1, 0], [1, 1]])
+    weights = torch.tensor([0.5, 0.5, 1.0])  # one episode in two rows, one in one
+    bonus = entropy_bonus(entropy, mask, num_sequences=2.0, weights=weights)
+    assert bonus.item() == pytest.approx((0.5 * 0.75 + 0.5 * 1.5 + 3.0) / 2)
+
