@@ -19,7 +19,6 @@ the episode's group is not trained on and the run goes on.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import math
@@ -28,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from arl.agent_record import TOOL_CALL_ERROR
-from arl.env_spec import EnvContext, resolve_env
+from arl.env_spec import EnvContext, import_attr, resolve_env
 from arl.errors import UserError
 from arl.protocols import Env
 from arl.schema import EnvConfig
@@ -115,16 +114,7 @@ def _as_dict(completion: Any) -> dict[str, Any]:
 def resolve_agent(name: str) -> Callable[..., Any]:
     """The `async def run_agent(client, task)` that `env.agent` names (package.module:attr);
     UserError, one line, if it is not there or not an async function of two parameters."""
-    module_name, _, attr = name.partition(":")
-    if not module_name or not attr:
-        raise UserError(f"agent {name!r}: name it as package.module:function")
-    try:
-        target = getattr(importlib.import_module(module_name), attr)
-    except ModuleNotFoundError as err:
-        raise UserError(f"agent {name!r}: no module {err.name!r} (is it on PYTHONPATH, or "
-                        "installed?)") from None
-    except AttributeError:
-        raise UserError(f"agent {name!r}: module {module_name!r} has no {attr!r}") from None
+    target = import_attr("agent", name)
     if not inspect.iscoroutinefunction(target):
         raise UserError(f"agent {name!r} must be an async function run_agent(client, task)")
     if len(inspect.signature(target).parameters) != 2:

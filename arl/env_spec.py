@@ -139,15 +139,7 @@ def resolve_env(name: str) -> EnvSpec:
     """The EnvSpec `env.name` names (see the module docstring); UserError, one line, if
     there is none."""
     if ":" in name:
-        module_name, _, attr = name.partition(":")
-        try:
-            target = getattr(importlib.import_module(module_name), attr)
-        except ModuleNotFoundError as err:
-            raise UserError(f"env {name!r}: no module {err.name!r} (is it on PYTHONPATH, or "
-                            "installed?)") from None
-        except AttributeError:
-            raise UserError(f"env {name!r}: module {module_name!r} has no {attr!r}") from None
-        return _as_spec(name, target)
+        return _as_spec(name, import_attr("env", name))
     found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
     if not found:
         known = ", ".join(registered_names())
@@ -157,6 +149,21 @@ def resolve_env(name: str) -> EnvSpec:
         raise UserError(f"unknown env {name!r}: registered envs are {known}; or name a "
                         "factory as package.module:make")
     return _as_spec(name, found[0].load())
+
+
+def import_attr(kind: str, name: str) -> Any:
+    """What `package.module:attr` names; UserError, one line naming the `kind` (env,
+    agent) and what is missing, if it names nothing."""
+    module_name, _, attr = name.partition(":")
+    if not module_name or not attr:
+        raise UserError(f"{kind} {name!r}: name it as package.module:attr")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except ModuleNotFoundError as err:
+        raise UserError(f"{kind} {name!r}: no module {err.name!r} (is it on PYTHONPATH, or "
+                        "installed?)") from None
+    except AttributeError:
+        raise UserError(f"{kind} {name!r}: module {module_name!r} has no {attr!r}") from None
 
 
 def _as_spec(name: str, target: Any) -> EnvSpec:

@@ -31,6 +31,14 @@ def _renderer(engine):
     return ChatRenderer(tok, stop_token=tok.eos_token)
 
 
+def _play_agent(engine, agent, episodes, max_turns, seed=2, wrap=None):
+    """One group of `episodes` agent episodes of the one-move task's config."""
+    tasks = [AgentTask(1, 0, i, env_config(), max_turns=max_turns) for i in range(episodes)]
+    return play_agent_episodes(wrap(engine) if wrap else engine, _renderer(engine), agent,
+                               tasks, SamplingParams(1.0, 1.0, 8, seed=seed), max_turns,
+                               "127.0.0.1")
+
+
 def _both(engine, cfg, seeds, group_size, max_turns, max_new_tokens=24):
     """(built-in trajectories, agent-function trajectories) of the same start states."""
     params = SamplingParams(1.0, 1.0, max_new_tokens, seed=11)
@@ -83,10 +91,7 @@ async def _forgetful_agent(client, task):
 
 
 def test_a_request_that_does_not_extend_the_record_starts_a_new_row(engine):
-    params = SamplingParams(1.0, 1.0, 8, seed=1)
-    tasks = [AgentTask(1, 0, i, env_config(), max_turns=2) for i in range(2)]
-    trajs = play_agent_episodes(engine, _renderer(engine), _forgetful_agent, tasks, params, 2,
-                                "127.0.0.1")
+    trajs = _play_agent(engine, _forgetful_agent, episodes=2, max_turns=2, seed=1)
     for t in trajs:
         assert t.failure is None and t.reward == 0.5 and t.num_turns == 2
         assert len(t.row_starts) == 1 and t.metrics["rollout/prefix_splits"] == 1
@@ -131,10 +136,7 @@ async def _hostile_agent(client, task):
 
 
 def test_hostile_agents_get_clear_errors_and_fail_only_their_episodes(engine):
-    params = SamplingParams(1.0, 1.0, 8, seed=2)
-    tasks = [AgentTask(1, 0, i, env_config(), max_turns=3) for i in range(6)]
-    trajs = play_agent_episodes(engine, _renderer(engine), _hostile_agent, tasks, params, 3,
-                                "127.0.0.1")
+    trajs = _play_agent(engine, _hostile_agent, episodes=6, max_turns=3)
     assert "messages[0].role must be one of" in SEEN["role"]
     assert "did not sample" in SEEN["history"]
     assert "1048576 characters; the limit is 100000" in SEEN["huge"]
@@ -152,9 +154,7 @@ async def _no_request_agent(client, task):
 
 
 def test_an_agent_that_never_asks_fails_its_episode(engine):
-    tasks = [AgentTask(1, 0, 0, env_config())]
-    (traj,) = play_agent_episodes(engine, _renderer(engine), _no_request_agent, tasks,
-                                  SamplingParams(1.0, 1.0, 8, seed=2), 1, "127.0.0.1")
+    (traj,) = _play_agent(engine, _no_request_agent, episodes=1, max_turns=1)
     assert traj.failure == "the agent made no request" and len(traj.token_ids) == 0
 
 
@@ -176,9 +176,7 @@ async def _impatient_agent(client, task):
 
 
 def test_concurrent_and_abandoned_requests_neither_hang_nor_corrupt_a_record(engine):
-    tasks = [AgentTask(1, 0, i, env_config(), max_turns=3) for i in range(3)]
-    trajs = play_agent_episodes(engine, _renderer(engine), _impatient_agent, tasks,
-                                SamplingParams(1.0, 1.0, 8, seed=2), 3, "127.0.0.1")
+    trajs = _play_agent(engine, _impatient_agent, episodes=3, max_turns=3)
     assert SEEN["twice"] == ["ChatCompletion", "ConflictError"]
     assert trajs[0].num_turns == 1 and trajs[0].metrics["rollout/agent_request_errors"] == 1
     assert trajs[0].loss_mask[-1] == 1  # the record ends on its one completion
@@ -201,10 +199,7 @@ class _NaNEngine:
 
 
 def test_non_finite_sampler_logprobs_fail_the_episode(engine):
-    tasks = [AgentTask(1, 0, i, env_config()) for i in range(2)]
-    first, second = play_agent_episodes(_NaNEngine(engine), _renderer(engine), env_agent,
-                                        tasks, SamplingParams(1.0, 1.0, 8, seed=2), 1,
-                                        "127.0.0.1")
+    first, second = _play_agent(engine, env_agent, episodes=2, max_turns=1, wrap=_NaNEngine)
     assert first.failure == "the engine returned non-finite sampler log-probs"
     assert second.failure is None and np.isfinite(second.sampler_logprobs).all()
 
