@@ -63,7 +63,9 @@ class RayHost:
     """Members are Ray actors built by `ray.remote(cls)`; calls return object references."""
 
     def spawn(self, cls: type, args: tuple, options: dict) -> Any:
-        return ray.remote(cls).options(**options).remote(*args)
+        groups = options.pop("concurrency_groups", None)  # Ray takes them only here
+        remote = ray.remote(concurrency_groups=groups)(cls) if groups else ray.remote(cls)
+        return remote.options(**options).remote(*args)
 
     def call(self, member: Any, method: str, args: tuple, num_returns: int) -> Any:
         return getattr(member, method).options(num_returns=num_returns).remote(*args)
@@ -105,18 +107,21 @@ class ActorGroup:
         name: str = "",
         max_restarts: int = 0,
         scheduling: Sequence[Any] | None = None,
+        concurrency_groups: dict[str, int] | None = None,
     ):
         """max_restarts: how often Ray rebuilds a member that died (with the same constructor
         arguments); its in-flight calls fail and are not retried (the caller decides).
         scheduling: a Ray scheduling strategy per member (e.g. its placement-group bundle);
-        None: Ray's default."""
+        None: Ray's default. concurrency_groups: Ray concurrency groups (name -> threads)
+        beside the default one, which runs one call at a time."""
         self.host = RayHost() if use_ray else LocalHost()
         strategies = list(scheduling) if scheduling is not None else [None] * len(args_per_member)
         self.members = [
             self.host.spawn(cls, args, {
                 "num_cpus": num_cpus, "num_gpus": num_gpus, "resources": dict(resources or {}),
                 "name": f"{name}-{i}" if name else None, "max_restarts": max_restarts,
-                "max_task_retries": 0, "scheduling_strategy": strategy})
+                "max_task_retries": 0, "scheduling_strategy": strategy,
+                **({"concurrency_groups": concurrency_groups} if concurrency_groups else {})})
             for i, (args, strategy) in enumerate(zip(args_per_member, strategies, strict=True))
         ]
 

@@ -25,10 +25,12 @@ def require_resource(needed: float, what: str, resource: str = "CPU") -> None:
 
 def require_resources(cfg: Config) -> None:
     """Fail now, naming the keys, if the actors ask for more than the cluster has."""
-    m, w = cfg.learner.num_workers, cfg.rollout.num_workers
-    require_resource(m * cfg.learner.cpus + w * cfg.rollout.cpus_per_worker,
+    m, w, r = cfg.learner.num_workers, cfg.rollout.num_workers, cfg.rollout
+    require_resource(m * cfg.learner.cpus + w * (r.cpus_per_worker
+                                                 + r.env_actors * r.cpus_per_env_actor),
                      "learner.num_workers * learner.cpus + rollout.num_workers * "
-                     "rollout.cpus_per_worker")
+                     "(rollout.cpus_per_worker + rollout.env_actors * "
+                     "rollout.cpus_per_env_actor)")
     gpus = m * cfg.learner.gpus + w * cfg.rollout.gpus_per_worker
     if gpus > 0:
         require_resource(gpus, "learner.num_workers * learner.gpus + "

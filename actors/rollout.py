@@ -12,17 +12,18 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from actors.agent_endpoint import play_agent_episodes
 from actors.engines.registry import make_engine
+from actors.env_runner import Runners, play_starts
 from actors.evaluate import evaluation_metrics
 from actors.model_files import ShippedModel, local_model
+from actors.round_barrier import RoundBarrier
 from actors.snapshot_policy import SnapshotPolicy
 from actors.transport import Layout, SyncGroup
-from arl.agent import AgentTask, resolve_agent
+from arl.agent import resolve_agent
 from arl.config import EnvConfig, ModelConfig, RolloutConfig
-from arl.env_spec import EnvContext, resolve_env
-from arl.episode import ChatRenderer, run_episodes
-from arl.types import EpisodeSummary, SamplingParams, Trajectory
+from arl.env_spec import resolve_env
+from arl.episode import ChatRenderer
+from arl.types import EpisodeSummary, Generation, SamplingParams, Trajectory
 from learner.model import set_torch_threads
 
 
@@ -43,6 +44,7 @@ class RolloutWorker:
         env: EnvConfig,
         threads: int,
         shipped: ShippedModel | None = None,
+        runners: Sequence[Any] = (),
     ):
         set_torch_threads(threads)
         model = local_model(model, shipped)  # the model folder on this node
@@ -60,6 +62,9 @@ class RolloutWorker:
         self.sync: SyncGroup | None = None  # this worker's end of a collective weight sync
         # An agent function plays the episodes, where env.agent names one (arl/agent.py).
         self.agent = resolve_agent(env.agent) if env.agent else None
+        # Env runners play the episodes, where there are (rollout.env_actors; env_runner.py).
+        self.barrier = RoundBarrier(self.engine.generate)
+        self.runners = Runners(runners, self.barrier, rollout.max_restarts) if runners else None
 
     def collect(
         self, env_seeds: Sequence[int], group_ids: Sequence[int], seed: int,
@@ -81,16 +86,11 @@ class RolloutWorker:
         starts = [(int(env_seed), int(group_id), i)
                   for env_seed, group_id in zip(env_seeds, group_ids, strict=True)
                   for i in range(self.cfg.group_size)]
-        if self.agent is not None:
-            tasks = [AgentTask(s, g, i, env_cfg, max_turns=self.cfg.max_turns,
-                               opponent=self._opponent()) for s, g, i in starts]
-            played = play_agent_episodes(self.engine, self.renderer, self.agent, tasks, params,
-                                         self.cfg.max_turns, self.cfg.endpoint_host)
+        if self.runners is not None:
+            played = self._play_on_runners(starts, env_cfg, params)
         else:
-            envs = [(self.spec.make(env_cfg, EnvContext(i, self._opponent())), s, g)
-                    for s, g, i in starts]
-            played = run_episodes(self.engine, self.renderer, envs, params,
-                                  max_turns=self.cfg.max_turns)
+            played = play_starts(self.engine, self.renderer, self.spec, self.agent, env_cfg,
+                                 starts, params, self.cfg, self._opponent)
         size = self.cfg.group_size  # episodes come group by group, in order
         trajectories = [
             dataclasses.replace(t, episode_id=t.group_id * size + i % size)
@@ -104,6 +104,29 @@ class RolloutWorker:
         ]
         # The learner trains on token ids; the messages travel only in transcripts.
         return summaries, [dataclasses.replace(t, messages=()) for t in trajectories]
+
+    def _play_on_runners(self, starts: list, env_cfg: EnvConfig, params: SamplingParams
+                         ) -> list[Trajectory]:
+        """`starts` played by the env runners; the first trajectory counts the replays a
+        runner's death caused in `rollout/env_actor_restarts`."""
+        before = self.runners.restarts
+        played = self.runners.play(starts, self.cfg.group_size, env_cfg, params,
+                                   self.engine.version,
+                                   int(getattr(self.engine, "max_model_len", 0) or 0))
+        if played:
+            played[0] = dataclasses.replace(played[0], metrics={
+                **played[0].metrics,
+                "rollout/env_actor_restarts": float(self.runners.restarts - before)})
+        return played
+
+    def generate_part(self, call_id: int, part: int, prompts: list[list[int]],
+                      params: SamplingParams) -> list[Generation]:
+        """One env runner's request of a sampling round (actors/round_barrier.py)."""
+        return self.barrier.request(call_id, part, prompts, params)
+
+    def leave_part(self, call_id: int, part: int) -> None:
+        """An env runner's part of a collect has no more requests."""
+        self.barrier.leave(call_id, part)
 
     def _opponent(self) -> Any:
         """The env's opponent backed by the snapshot (self-play), else None."""

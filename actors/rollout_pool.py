@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from actors.env_runner import ENV_GROUP, EnvRunner
 from actors.group import ActorGroup
 from actors.model_files import ShippedModel
 from actors.rollout import RolloutWorker
@@ -64,13 +65,17 @@ class RolloutPool:
     def __init__(self, cfg: Config, use_ray: bool, scheduling: list | None,
                  shipped: ShippedModel | None):
         self.cfg = cfg
+        r, workers = cfg.rollout, cfg.rollout.num_workers
+        self.runners = _env_runners(cfg, use_ray, shipped)
+        handles = self.runners.members if self.runners is not None else []
         self.group = ActorGroup(
             RolloutWorker,
-            [(cfg.model, cfg.rollout, cfg.env, cfg.rollout.cpus_per_worker, shipped)]
-            * cfg.rollout.num_workers,
-            num_cpus=cfg.rollout.cpus_per_worker, num_gpus=cfg.rollout.gpus_per_worker,
-            resources=cfg.rollout.resources, use_ray=use_ray, name=f"{cfg.run_name}-rollout",
-            max_restarts=cfg.rollout.max_restarts, scheduling=scheduling,
+            [(cfg.model, r, cfg.env, r.cpus_per_worker, shipped,
+              handles[w * r.env_actors:(w + 1) * r.env_actors]) for w in range(workers)],
+            num_cpus=r.cpus_per_worker, num_gpus=r.gpus_per_worker,
+            resources=r.resources, use_ray=use_ray, name=f"{cfg.run_name}-rollout",
+            max_restarts=r.max_restarts, scheduling=scheduling,
+            concurrency_groups={ENV_GROUP: r.env_actors + 1} if r.env_actors else None,
         )
         self.restore: Callable[[int], Any] = lambda w: None
         # Raises if the weights' source (the learner) died: then a failed load is not the
@@ -168,3 +173,19 @@ class RolloutPool:
 
     def close(self) -> None:
         self.group.close()
+        if self.runners is not None:
+            self.runners.close()
+
+
+def _env_runners(cfg: Config, use_ray: bool, shipped: ShippedModel | None
+                 ) -> ActorGroup | None:
+    """`rollout.env_actors` env runners for each rollout worker (actors/env_runner.py),
+    named `<run>-env-<i>`, rebuilt by Ray like the workers; None without any."""
+    r = cfg.rollout
+    if not r.env_actors:
+        return None
+    if not use_ray:
+        raise ValueError("rollout.env_actors > 0 needs Ray (use_ray=True)")
+    return ActorGroup(EnvRunner, [(cfg.model, r, cfg.env, r.cpus_per_env_actor, shipped)]
+                      * (r.num_workers * r.env_actors), num_cpus=r.cpus_per_env_actor,
+                      use_ray=True, name=f"{cfg.run_name}-env", max_restarts=r.max_restarts)

@@ -192,6 +192,10 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
                           f"{env.__name__}")
     if spec.check is not None:
         spec.check(cfg.env, cfg)
+    if (cfg.rollout.env_actors and spec.self_play is not None
+            and spec.self_play(cfg.env) is not None):
+        raise ConfigError("rollout.env_actors", "self-play keeps the policy's snapshot in the "
+                          "rollout worker, which env runners cannot reach: set it to 0")
     if cfg.env.agent:
         from arl.agent import resolve_agent
 

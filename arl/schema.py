@@ -108,6 +108,11 @@ class RolloutConfig:
                                  "groups_per_step of them are there (sync mode)")
     max_resample_rounds: int = opt(4, "dynamic_sampling: extra rounds of groups_per_step start "
                                    "states a step may play at most", check="non_negative")
+    env_actors: int = opt(0, "env-runner actors per rollout worker, each playing a part of its "
+                          "episodes and asking it for completions; 0: the worker plays them",
+                          check="non_negative")
+    cpus_per_env_actor: int = opt(1, "Ray CPUs (and torch threads) per env-runner actor",
+                                  check="positive")
     endpoint_host: str = opt("127.0.0.1", "where agent functions' chat endpoints listen "
                              "(env.agent); they serve this worker's own agents only")
     vllm: VllmConfig = section(VllmConfig, "the vllm engine")

@@ -16,6 +16,7 @@ from tests.builders import CI, metrics_rows
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_agent_function_trains_three_steps_on_ray_and_hostile_episodes_fail(tmp_path,
                                                                              warm_model_dir):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ARL_HOME": str(tmp_path / "home")}
