@@ -29,6 +29,13 @@ def test_files_then_overrides(tmp_path):
     assert cfg.learner.clip_low == 3e-4 and cfg.learner.clip_high == 4e-4  # paper defaults
 
 
+def test_env_runners_cannot_play_against_a_self_play_snapshot():
+    with pytest.raises(ConfigError, match="rollout.env_actors.*self-play"):
+        load_config([str(ROOT / "configs/tictactoe.yaml")],
+                    ["rollout.env_actors=2", "env.opponent=policy"], check_paths=False)
+    assert load_config([], ["rollout.env_actors=2"], check_paths=False).rollout.env_actors == 2
+
+
 @pytest.mark.parametrize(
     "override, key",
     [
@@ -44,6 +51,7 @@ def test_files_then_overrides(tmp_path):
         ("env.name=chess", "env.name"),
         ("wandb.mode=sometimes", "wandb.mode"),
         ("rollout.top_p=1.5", "rollout.top_p"),
+        ("rollout.env_actors=-1", "rollout.env_actors"),
         ("rollout.engine=sglang", "rollout.engine"),
         ("rollout.vllm.gpu_memory_utilization=1.5", "rollout.vllm.gpu_memory_utilization"),
         ("warmstart.architecture=llama", "warmstart.architecture"),
