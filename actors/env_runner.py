@@ -105,12 +105,18 @@ class EnvRunner:
 
 class Runners:
     """A rollout worker's env runners: a collect fanned out over them, and replayed whole
-    (same seeds, so the same episodes) when one of them dies, once Ray has rebuilt it."""
+    (same seeds, so the same episodes) when a runner dies, once Ray has rebuilt it. A runner
+    that every other part waits for longer than `timeout_s` (0: never) is killed and rebuilt
+    the same way."""
 
-    def __init__(self, handles: Sequence[Any], barrier: Any, max_restarts: int):
+    def __init__(self, handles: Sequence[Any], barrier: Any, max_restarts: int,
+                 timeout_s: float = 0.0):
         self.handles, self.barrier, self.max_restarts = list(handles), barrier, max_restarts
-        self.calls = 0
-        self.restarts = 0  # collects replayed because a runner died, whole run
+        self.timeout = timeout_s or None
+        # Collect ids unique across this worker's rebuilds: a runner still playing for a
+        # worker that died must never pass for a part of a new collect.
+        self.calls = int.from_bytes(os.urandom(6), "big")
+        self.restarts = 0  # collects replayed because a runner died or hung, whole run
 
     def play(self, starts: list[tuple[int, int, int]], group_size: int, env_cfg: EnvConfig,
              params: SamplingParams, version: int, max_model_len: int) -> list[Trajectory]:
@@ -130,28 +136,38 @@ class Runners:
             refs = [h.play.remote(me, self.calls, k, part, env_cfg, params, version,
                                   max_model_len)
                     for k, (h, part) in enumerate(zip(self.handles, parts, strict=True))]
-            dead = self._wait(refs)
-            if dead is None:
-                return [t for part in ray.get(refs) for t in part]
-            self.barrier.abort(self.calls)
-            ray.wait(refs, num_returns=len(refs), timeout=60)  # the others give up
+            try:
+                lost = self._wait(refs)
+                if not lost:
+                    return [t for part in ray.get(refs) for t in part]
+            finally:  # whatever happened, no part of this collect samples on
+                self.barrier.abort(self.calls)
+                ray.wait(refs, num_returns=len(refs), timeout=60)
             self.restarts += 1
-            self._await_rebuilt(dead)
-        raise RuntimeError("an env runner kept dying; rollout.max_restarts exceeded")
+            for k in lost:
+                self._await_rebuilt(k)
+        raise RuntimeError("an env runner kept failing; rollout.max_restarts exceeded")
 
-    def _wait(self, refs: list[Any]) -> int | None:
-        """Wait for every part; the index of a runner that died, or None. A part that fails
-        otherwise (an engine error) raises."""
+    def _wait(self, refs: list[Any]) -> list[int]:
+        """Wait for every part; the runners lost (dead, or hung and killed here), or []. A
+        part that fails otherwise (an engine error) raises."""
         import ray
 
         pending = list(refs)
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
+            done, pending = ray.wait(pending, num_returns=1, timeout=self.timeout)
+            if not done:  # nothing for timeout_s: kill the parts everyone waits for
+                hung = self.barrier.stragglers(self.calls)
+                for k in hung:
+                    ray.kill(self.handles[k], no_restart=False)
+                return hung
             try:
                 ray.get(done[0])
-            except ray.exceptions.RayActorError:
-                return refs.index(done[0])
-        return None
+            except ray.exceptions.RayActorError:  # the others now give up, and more may
+                self.barrier.abort(self.calls)    # have died with it (a lost node)
+                ray.wait(refs, num_returns=len(refs), timeout=60)
+                return [k for k, ref in enumerate(refs) if _died(ref)]
+        return []
 
     def _await_rebuilt(self, k: int, wait_s: float = 300.0) -> None:
         import time
@@ -170,3 +186,19 @@ class Runners:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
+
+
+def _died(ref: Any) -> bool:
+    """Whether the call behind a finished `ref` failed because its actor died."""
+    import ray
+
+    ready, _ = ray.wait([ref], timeout=0)
+    if not ready:
+        return False
+    try:
+        ray.get(ref)
+    except ray.exceptions.RayActorError:
+        return True
+    except Exception:  # any other failure is not a death
+        return False
+    return False

@@ -64,7 +64,8 @@ class RolloutWorker:
         self.agent = resolve_agent(env.agent) if env.agent else None
         # Env runners play the episodes, where there are (rollout.env_actors; env_runner.py).
         self.barrier = RoundBarrier(self.engine.generate)
-        self.runners = Runners(runners, self.barrier, rollout.max_restarts) if runners else None
+        self.runners = (Runners(runners, self.barrier, rollout.max_restarts, rollout.timeout_s)
+                        if runners else None)
 
     def collect(
         self, env_seeds: Sequence[int], group_ids: Sequence[int], seed: int,
@@ -138,7 +139,8 @@ class RolloutWorker:
         """Load `weights` as `version` (and into the self-play snapshot every
         `env.opponent_refresh_every` versions); return this process's pid, which tells the
         driver whether the worker it talks to is a rebuilt one."""
-        self.engine.update_weights(weights, version)
+        with self.barrier.engine_lock:  # never under a round of an abandoned collect
+            self.engine.update_weights(weights, version)
         if self.snapshot is not None and version % self.self_play.refresh_every == 0:
             self.snapshot.load(weights, version)
         return os.getpid()
@@ -160,8 +162,9 @@ class RolloutWorker:
                  seed: int) -> dict[str, float]:
         """`eval/*` metrics of the weights this worker holds (actors/evaluate.py), and
         `eval/policy_version`: which weights those are."""
-        metrics = evaluation_metrics(self.engine, self.env_cfg, opponents, positions, games,
-                                     seed, self.cfg.max_new_tokens)
+        with self.barrier.engine_lock:
+            metrics = evaluation_metrics(self.engine, self.env_cfg, opponents, positions,
+                                         games, seed, self.cfg.max_new_tokens)
         return {**metrics, "eval/policy_version": float(self.engine.version)}
 
     @property
@@ -171,4 +174,9 @@ class RolloutWorker:
     def close(self) -> None:
         if self.sync is not None:
             self.sync.close()
-        self.engine.close()
+        locked = self.barrier.engine_lock.acquire(timeout=10)  # a round may still finish
+        try:
+            self.engine.close()
+        finally:
+            if locked:
+                self.barrier.engine_lock.release()

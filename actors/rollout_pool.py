@@ -172,9 +172,9 @@ class RolloutPool:
         return 1 + (limit if limit >= 0 else 10**9)
 
     def close(self) -> None:
-        self.group.close()
-        if self.runners is not None:
+        if self.runners is not None:  # first: a collect waiting on them then ends at once
             self.runners.close()
+        self.group.close()
 
 
 def _env_runners(cfg: Config, use_ray: bool, shipped: ShippedModel | None

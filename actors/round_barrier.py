@@ -39,6 +39,10 @@ class RoundBarrier:
 
     def __init__(self, generate: Callable[[list, SamplingParams], list[Generation]]):
         self.generate = generate
+        # Held while the engine samples a round: whoever else uses the engine (a weight
+        # load, an evaluation, closing) takes it too, so that a round of an abandoned collect
+        # still running never overlaps anything.
+        self.engine_lock = threading.Lock()
         self._cond = threading.Condition()
         self._id: int | None = None
         self._call: _Call | None = None
@@ -76,6 +80,14 @@ class RoundBarrier:
             raise result
         return result
 
+    def stragglers(self, call_id: int) -> list[int]:
+        """The live parts of collect `call_id` not waiting for a round: with a round due,
+        the ones everyone waits for."""
+        with self._cond:
+            if self._id != call_id or self._call is None:
+                return []
+            return sorted(self._call.live - set(self._call.waiting))
+
     def leave(self, call_id: int, part: int) -> None:
         """`part` has no more requests in collect `call_id` (its episodes ended)."""
         with self._cond:
@@ -102,7 +114,8 @@ class RoundBarrier:
             if any(p != params for _, p in batch):
                 raise RuntimeError("the parts of one round asked with different settings")
             prompts = [list(p) for part_prompts, _ in batch for p in part_prompts]
-            generations = self.generate(prompts, params)
+            with self.engine_lock:
+                generations = self.generate(prompts, params)
             results, start = {}, 0
             for part, (part_prompts, _) in zip(order, batch, strict=True):
                 results[part] = generations[start: start + len(part_prompts)]

@@ -43,7 +43,7 @@ def test_killed_env_runner_is_rebuilt_and_its_collect_replayed(tmp_path, warm_mo
     import threading
     import time
 
-    import ray
+    import psutil
 
     metrics_path = tmp_path / "ci" / "metrics.jsonl"
     killed = []
@@ -51,11 +51,18 @@ def test_killed_env_runner_is_rebuilt_and_its_collect_replayed(tmp_path, warm_mo
     def steps_logged() -> int:
         return metrics_path.read_text().count("\n") if metrics_path.exists() else 0
 
-    def killer():  # SIGKILL runner 1's process after steps 1, 4 and 7
+    def playing_runner() -> int | None:
+        """The pid of a runner in the middle of playing its part (Ray titles the process
+        after the method it runs), if one is."""
+        for proc in psutil.process_iter(["cmdline"]):
+            if (proc.info["cmdline"] or [""])[0].startswith("ray::EnvRunner.play"):
+                return proc.pid
+        return None
+
+    def killer():  # SIGKILL a runner mid-play after steps 1, 4 and 7
         for after in (1, 4, 7):
-            while steps_logged() < after:
-                time.sleep(0.01)
-            pid = ray.get(ray.get_actor("ci-env-1").pid.remote())
+            while steps_logged() < after or (pid := playing_runner()) is None:
+                time.sleep(0.005)
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
 
