@@ -58,6 +58,8 @@ class Sampler:
                 self.samples.append(self.sample())
             except (psutil.Error, OSError):
                 continue  # a process ended between listing and reading it
+            except Exception:  # Ray's RPCs fail while the cluster shuts down at the end
+                continue
 
     def steps(self) -> int:
         """Rows in metrics.jsonl, read incrementally (the file only grows, or is rewound)."""
