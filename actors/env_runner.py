@@ -121,7 +121,8 @@ class Runners:
     def play(self, starts: list[tuple[int, int, int]], group_size: int, env_cfg: EnvConfig,
              params: SamplingParams, version: int, max_model_len: int) -> list[Trajectory]:
         """The trajectories of `starts`, played by the runners in contiguous parts of whole
-        groups, in order."""
+        groups, in order; the first counts the replays this took in
+        `rollout/env_actor_restarts`."""
         import numpy as np
         import ray
 
@@ -130,6 +131,7 @@ class Runners:
         parts = [starts[g[0] * group_size:(g[-1] + 1) * group_size] if len(g) else []
                  for g in groups]
         limit = self.max_restarts if self.max_restarts >= 0 else 10**9
+        before = self.restarts
         for _ in range(limit + 1):
             self.calls += 1
             self.barrier.open(self.calls, len(parts))
@@ -139,7 +141,8 @@ class Runners:
             try:
                 lost = self._wait(refs)
                 if not lost:
-                    return [t for part in ray.get(refs) for t in part]
+                    return _counted([t for part in ray.get(refs) for t in part],
+                                    self.restarts - before)
             finally:  # whatever happened, no part of this collect samples on
                 self.barrier.abort(self.calls)
                 ray.wait(refs, num_returns=len(refs), timeout=60)
@@ -202,3 +205,14 @@ def _died(ref: Any) -> bool:
     except Exception:  # any other failure is not a death
         return False
     return False
+
+
+def _counted(played: list[Trajectory], restarts: int) -> list[Trajectory]:
+    """`played` with `rollout/env_actor_restarts` on its first trajectory."""
+    import dataclasses
+
+    if played:
+        first = played[0]
+        played[0] = dataclasses.replace(first, metrics={
+            **first.metrics, "rollout/env_actor_restarts": float(restarts)})
+    return played

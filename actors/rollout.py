@@ -88,7 +88,9 @@ class RolloutWorker:
                   for env_seed, group_id in zip(env_seeds, group_ids, strict=True)
                   for i in range(self.cfg.group_size)]
         if self.runners is not None:
-            played = self._play_on_runners(starts, env_cfg, params)
+            played = self.runners.play(starts, self.cfg.group_size, env_cfg, params,
+                                       self.engine.version,
+                                       int(getattr(self.engine, "max_model_len", 0) or 0))
         else:
             played = play_starts(self.engine, self.renderer, self.spec, self.agent, env_cfg,
                                  starts, params, self.cfg, self._opponent)
@@ -105,20 +107,6 @@ class RolloutWorker:
         ]
         # The learner trains on token ids; the messages travel only in transcripts.
         return summaries, [dataclasses.replace(t, messages=()) for t in trajectories]
-
-    def _play_on_runners(self, starts: list, env_cfg: EnvConfig, params: SamplingParams
-                         ) -> list[Trajectory]:
-        """`starts` played by the env runners; the first trajectory counts the replays a
-        runner's death caused in `rollout/env_actor_restarts`."""
-        before = self.runners.restarts
-        played = self.runners.play(starts, self.cfg.group_size, env_cfg, params,
-                                   self.engine.version,
-                                   int(getattr(self.engine, "max_model_len", 0) or 0))
-        if played:
-            played[0] = dataclasses.replace(played[0], metrics={
-                **played[0].metrics,
-                "rollout/env_actor_restarts": float(self.runners.restarts - before)})
-        return played
 
     def generate_part(self, call_id: int, part: int, prompts: list[list[int]],
                       params: SamplingParams) -> list[Generation]:
