@@ -5,7 +5,7 @@ configs/tictactoe_move.yaml, and of full games, configs/tictactoe.yaml, which ne
 `arl warmstart configs/warmstart_games.yaml` first)
 
 The four runs go one after the other in this process, each on an embedded cluster with the
-same actor CPUs (`ray.num_cpus=4`: the learner, the rollout worker and two runners; on a
+same actor CPUs (`ray.num_cpus=6`: the configs' learner and rollout worker, two runners; on a
 2-core machine the runners share the cores with everything else, so this measures the cost
 of moving episodes out of the worker, not a gain). The first WARMUP steps are left out;
 means of the rest. `ratio` is steps/s with 2 runners over steps/s with none. The last line
@@ -32,7 +32,7 @@ PARTS = ("generate", "train", "weight_sync", "other")
 def run(config: str, runners: int, out: str) -> list[dict]:
     name = f"runners{runners}"
     cfg = load_config([config], [f"steps={STEPS}", f"output_dir={out}", f"run_name={name}",
-                                 f"rollout.env_actors={runners}", "ray.num_cpus=4",
+                                 f"rollout.env_actors={runners}", "ray.num_cpus=6",
                                  "ray.address=local", "wandb.mode=disabled",
                                  "learner.checkpoint_every=0", "eval.every=0"])
     train(cfg, use_ray=True)
