@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from actors.agent_endpoint import play_agent_episodes
+from actors.group import until_rebuilt
 from actors.model_files import ShippedModel, local_model
 from arl.agent import AgentTask, resolve_agent
 from arl.config import EnvConfig, ModelConfig, RolloutConfig
@@ -173,22 +174,10 @@ class Runners:
         return []
 
     def _await_rebuilt(self, k: int, wait_s: float = 300.0) -> None:
-        import time
-
         import ray
 
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                ray.get(self.handles[k].pid.remote(), timeout=wait_s)
-                return
-            except ray.exceptions.ActorDiedError as err:
-                raise RuntimeError(f"env runner {k} is dead for good (rollout.max_restarts "
-                                   "exceeded)") from err
-            except ray.exceptions.RayActorError:  # still restarting
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        until_rebuilt(lambda: ray.get(self.handles[k].pid.remote(), timeout=wait_s),
+                      f"env runner {k}", wait_s)
 
 
 def _died(ref: Any) -> bool:

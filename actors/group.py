@@ -9,11 +9,31 @@ their methods and resolves results, and the group's own code has one path for bo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import ray
+
+
+def until_rebuilt(call: Callable[[], Any], what: str, wait_s: float,
+                  on_dead: Callable[[], None] = lambda: None) -> Any:
+    """`call()` (a call to an actor, resolved) once the actor is back from a Ray restart:
+    retried while it is restarting, for up to `wait_s` s. If it is dead for good, `on_dead()`
+    first (it may raise a better error), then RuntimeError naming `what`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return call()
+        except ray.exceptions.ActorDiedError as err:
+            on_dead()
+            raise RuntimeError(f"{what} is dead for good (rollout.max_restarts exceeded)"
+                               ) from err
+        except ray.exceptions.RayActorError:  # still restarting
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ counts as a restart. The lost call's results are never fetched, so nothing is co
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +18,7 @@ import numpy as np
 import ray
 
 from actors.env_runner import ENV_GROUP, EnvRunner
-from actors.group import ActorGroup
+from actors.group import ActorGroup, until_rebuilt
 from actors.model_files import ShippedModel
 from actors.rollout import RolloutWorker
 from arl.config import Config
@@ -146,19 +145,10 @@ class RolloutPool:
         """Give worker `w` the current weights once Ray has rebuilt it, and count it as
         restarted if its process changed."""
         log.warning("rollout worker %d %s; it gets version %d again", w, why, self.version)
-        deadline = time.monotonic() + REBUILD_WAIT_S
-        while True:
-            try:
-                self._note_pid(w, self.group.get(self.restore(w)))
-                return
-            except ray.exceptions.ActorDiedError as err:
-                self.check_source()  # the weights it was given may be what died
-                raise RuntimeError(f"rollout worker {w} is dead for good "
-                                   "(rollout.max_restarts exceeded)") from err
-            except ray.exceptions.RayActorError:  # still restarting
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        # A dead-for-good worker may have died of its weights' source: ask that first.
+        pid = until_rebuilt(lambda: self.group.get(self.restore(w)), f"rollout worker {w}",
+                            REBUILD_WAIT_S, on_dead=self.check_source)
+        self._note_pid(w, pid)
 
     def _note_pid(self, w: int, pid: int | None) -> None:
         if pid is None:
