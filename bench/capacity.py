@@ -1,0 +1,119 @@
+"""A diagnostic of the tiny model's capacity, never a warm start: how well supervised learning
+of minimax moves fits the one-move task, on the boards training shows and on the held-out
+symmetry classes of the positions files. What RL could reach with the same model and prompt
+is bounded by roughly this.
+
+    python bench/capacity.py [--examples 16000] [--epochs 1] [--model cache:tiny-warmstart]
+                             [--hidden 0 --layers 4 --heads 4] [--board-format lists] [--out DIR]
+
+The model continues from `--model` (the warm start: it knows the format), or, with `--hidden
+H`, is built from scratch at that size with the warm start's tokenizer. Targets are a
+uniformly random winning move where one exists, else a uniformly random minimax-best move.
+Prints one JSON line: accuracy (minimax-best or win) on 500 fresh training boards, and
+accuracy and illegal rate on each positions file, all greedy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+POSITIONS = ("win_in_one", "block_in_one", "fork", "best_move")
+
+
+def minimax_examples(env_cfg, n: int, seed: int) -> list[tuple]:
+    """`n` (messages, tools, target) of the one-move task with minimax targets."""
+    from arl.tools import format_tool_call
+    from arl.types import ToolCall
+    from envs import tictactoe_rules as rules
+    from envs.tictactoe_move import TicTacToeMoveEnv
+
+    rng = random.Random(seed)
+    env = TicTacToeMoveEnv(env_cfg)
+    examples = []
+    for _ in range(n):
+        reset = env.reset(rng.randrange(2**31))
+        mover = rules.to_move(env.board)
+        good = rules.winning_moves(env.board, mover) or rules.best_moves(env.board, mover)
+        call = format_tool_call(ToolCall("choose_square", {"square": rng.choice(list(good))}))
+        examples.append((reset.messages, reset.tools, call))
+    return examples
+
+
+def build(args):
+    """(model, tokenizer): the model at `--model`, or a fresh one of `--hidden` width."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from arl.model_path import local_path
+    from warmstart.tiny import build_tiny_model
+
+    path = local_path(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if args.hidden:
+        model = build_tiny_model(tokenizer, args.hidden, args.layers, args.heads, args.seed)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype="float32")
+    return model, tokenizer
+
+
+def score(folder: str, env_cfg, seed: int) -> dict:
+    from actors.evaluate import evaluate, load_policy, score_positions
+    from arl.evaluation import read_positions
+    from arl.types import SamplingParams
+
+    fresh = evaluate(folder, env_cfg, 500, seed=seed + 10**6, temperature=0.0)
+    result = {"train_boards": round(fresh.outcomes.get("best", 0.0)
+                                    + fresh.outcomes.get("win", 0.0), 4)}
+    engine = load_policy(folder)
+    params = SamplingParams(0.0, 1.0, 32, seed)
+    for name in POSITIONS:
+        rows = read_positions(f"configs/positions/{name}.jsonl")
+        rates = score_positions(engine, env_cfg, rows, 1, params)
+        result[name] = round(rates["accuracy"].value, 4)
+        result[f"{name}_illegal"] = round(rates["illegal"].value, 4)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", type=int, default=16000)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--model", default="cache:tiny-warmstart")
+    parser.add_argument("--hidden", type=int, default=0)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--board-format", default="lists", choices=("lists", "grid"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="runs/capacity")
+    args = parser.parse_args()
+
+    from envs.registry import env_config
+    from learner.model import set_torch_threads
+    from warmstart.sft import supervised_finetune
+    from warmstart.tiny import save_model_dir
+
+    set_torch_threads(os.cpu_count() or 1)
+    env_cfg = env_config("tictactoe_move", board_format=args.board_format)
+    model, tokenizer = build(args)
+    start = time.perf_counter()
+    examples = minimax_examples(env_cfg, args.examples, args.seed)
+    losses = supervised_finetune(model, tokenizer, examples, args.epochs, args.lr, 32,
+                                 args.seed, prompt_loss=bool(args.hidden))
+    seconds = time.perf_counter() - start
+    save_model_dir(model, tokenizer, args.out)
+    print(json.dumps({"examples": args.examples, "epochs": args.epochs,
+                      "hidden": args.hidden or "warm start", "layers": args.layers,
+                      "parameters": sum(p.numel() for p in model.parameters()),
+                      "loss": round(losses[-1], 4), "train_seconds": round(seconds, 1),
+                      **score(args.out, env_cfg, args.seed)}))
+
+
+if __name__ == "__main__":
+    main()
