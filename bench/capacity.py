@@ -75,8 +75,8 @@ def score(folder: str, env_cfg, seed: int) -> dict:
     for name in POSITIONS:
         rows = read_positions(f"configs/positions/{name}.jsonl")
         rates = score_positions(engine, env_cfg, rows, 1, params)
-        result[name] = round(rates["accuracy"].value, 4)
-        result[f"{name}_illegal"] = round(rates["illegal"].value, 4)
+        result[name] = round(rates["accuracy"].rate, 4)
+        result[f"{name}_illegal"] = round(rates["illegal"].rate, 4)
     return result
 
 
