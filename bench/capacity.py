@@ -4,7 +4,8 @@ symmetry classes of the positions files. What RL could reach with the same model
 is bounded by roughly this.
 
     python bench/capacity.py [--examples 16000] [--epochs 1] [--model cache:tiny-warmstart]
-                             [--hidden 0 --layers 4 --heads 4] [--board-format lists] [--out DIR]
+                             [--hidden 0 --layers 4 --heads 4] [--board-format lists|grid]
+                             [--out DIR]
 
 The model continues from `--model` (the warm start: it knows the format), or, with `--hidden
 H`, is built from scratch at that size with the warm start's tokenizer. Targets are a

@@ -29,6 +29,12 @@ class MoveTaskConfig(EnvConfig):
                                  "whatever the board shows gets different rewards within the "
                                  "group, so it still learns")
     board_format: str = opt("lists", BOARD_FORMAT_HELP, choices=("lists", "grid"))
+    context: str = opt("board", "what the move is asked in: board (the board alone), game "
+                       "(the full game's conversation that led to it, so that the policy "
+                       "also plays full games) or mixed (every other start state)",
+                       choices=("board", "game", "mixed"))
+    min_marks: int = opt(2, "fewest marks on a start board (0-7); 0 and 1 reach the first "
+                         "moves of a full game", check="non_negative")
 
 
 @dataclass

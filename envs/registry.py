@@ -21,8 +21,8 @@ from envs.game_env import GameSpec, position_prompt
 from envs.opponents import PolicyOpponent, opponent_schedule, parse_opponent
 from envs.tictactoe import SPEC as TICTACTOE_RULES
 from envs.tictactoe import make_tictactoe
+from envs.tictactoe_move import MAX_OPENING_MOVES, TicTacToeMoveEnv, position_env
 from envs.tictactoe_move import OUTCOMES as MOVE_OUTCOMES
-from envs.tictactoe_move import TicTacToeMoveEnv, position_env
 
 GAME_OUTCOMES = ("win", "draw", "loss", "invalid")
 GAME_RULES = {"tictactoe": TICTACTOE_RULES, "connect_four": CONNECT_FOUR_RULES}
@@ -93,6 +93,12 @@ def _game_against(name: str):
     return eval_game
 
 
+def _check_move_task(env: MoveTaskConfig, cfg: Config) -> None:
+    if env.min_marks > MAX_OPENING_MOVES:
+        raise ConfigError("env.min_marks", f"{env.min_marks}: must be at most "
+                          f"{MAX_OPENING_MOVES} (a board with more marks may be over)")
+
+
 def _move_task_game(env: MoveTaskConfig, opponent: str, seat: str) -> tuple[str, FullGameConfig]:
     """The one-move task is evaluated in full tic-tac-toe games with its board format."""
     game = TicTacToeConfig(name="tictactoe", board_format=env.board_format,
@@ -115,6 +121,7 @@ TICTACTOE_MOVE = EnvSpec(
     max_turns=1,
     eval_game=_move_task_game,
     position=_position_of,
+    check=_check_move_task,
 )
 
 

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import random
 
-from arl.types import EnvReset, EnvStep, Message, Outcome, ParsedTurn, ToolCallError
+from arl.tools import format_tool_call, parse_tool_call
+from arl.types import EnvReset, EnvStep, Message, Outcome, ParsedTurn, ToolCall, ToolCallError
 from envs import tictactoe_rules as rules
-from envs.config import MoveTaskConfig
+from envs.config import MoveTaskConfig, TicTacToeConfig
 from envs.game_env import read_move, turn_state
-from envs.tictactoe import CHOOSE_SQUARE
+from envs.tictactoe import CHOOSE_SQUARE, make_tictactoe
 
 OUTCOMES = ("invalid_call", "illegal_move", "legal", "best", "win")
 RESULTS = {"invalid_call": "invalid", "illegal_move": "invalid", "win": "win"}  # else None
@@ -32,17 +33,60 @@ MIN_OPENING_MOVES = 2
 MAX_OPENING_MOVES = 7
 
 
-def opening_board(seed: int) -> rules.Board:
+def opening_board(seed: int, min_marks: int = MIN_OPENING_MOVES) -> rules.Board:
     """The episode's board for `seed` (see the module docstring for the distribution)."""
+    return replay(opening_moves(seed, min_marks))
+
+
+def opening_moves(seed: int, min_marks: int = MIN_OPENING_MOVES) -> tuple[int, ...]:
+    """The squares played, X first, to reach `opening_board(seed, min_marks)`."""
     rng = random.Random(seed)
     while True:
-        board = rules.EMPTY_BOARD
-        for _ in range(rng.randint(MIN_OPENING_MOVES, MAX_OPENING_MOVES)):
+        board, moves = rules.EMPTY_BOARD, []
+        for _ in range(rng.randint(min_marks, MAX_OPENING_MOVES)):
             if rules.is_terminal(board):
                 break
-            board = rules.play(board, rng.choice(rules.legal_moves(board)), rules.to_move(board))
+            moves.append(rng.choice(rules.legal_moves(board)))
+            board = rules.play(board, moves[-1], rules.to_move(board))
         if not rules.is_terminal(board) and not rules.held_out(board):
-            return board
+            return tuple(moves)
+
+
+def replay(moves: tuple[int, ...]) -> rules.Board:
+    """The board after `moves` (squares 1-9, X first)."""
+    board = rules.EMPTY_BOARD
+    for move in moves:
+        board = rules.play(board, move, rules.to_move(board))
+    return board
+
+
+def game_conversation(moves: tuple[int, ...], board_format: str) -> EnvReset:
+    """The full tictactoe game's conversation (envs.game_env: its prompt, the agent's calls,
+    the env's replies) in which `moves` were played, up to the agent's next turn: the agent
+    plays every other move so that it is to move after the last one."""
+    seat = rules.to_move(replay(moves))
+    mine = moves[seat == "O"::2]  # X plays moves 0, 2, ...; O plays 1, 3, ...
+    theirs = iter(moves[seat == "X"::2])
+    game = make_tictactoe(TicTacToeConfig(name="tictactoe", seat=seat,
+                                          board_format=board_format),
+                          opponent=_Replay(theirs))
+    reset = game.reset(0)
+    messages = list(reset.messages)
+    for square in mine:
+        call = format_tool_call(ToolCall(CHOOSE_SQUARE.name, {"square": square}))
+        step = game.step(parse_tool_call(call, reset.tools))
+        messages += [Message("assistant", call), *step.messages]
+    return EnvReset(messages=tuple(messages), tools=reset.tools)
+
+
+class _Replay:
+    """An opponent that plays the given squares in turn."""
+
+    def __init__(self, squares):
+        self._squares = squares
+
+    def choose(self, board: rules.Board, mark: str, rng: random.Random) -> int:
+        return next(self._squares)
 
 
 def move_outcome(board: rules.Board, agent: str, square: int) -> str:
@@ -85,10 +129,15 @@ class TicTacToeMoveEnv:
         self.agent = "X"
 
     def reset(self, seed: int) -> EnvReset:
-        board = opening_board(seed)
-        if self._symmetry is not None:
-            board = tuple(board[i] for i in self._symmetry)
-        return self._start(board, None)
+        moves = opening_moves(seed, self._cfg.min_marks)
+        if self._symmetry is not None:  # shown[j] = board[perm[j]]: square i + 1 moves to j
+            where = {i: j for j, i in enumerate(self._symmetry)}
+            moves = tuple(where[m - 1] + 1 for m in moves)
+        reset = self._start(replay(moves), None)
+        context = self._cfg.context
+        if context == "game" or (context == "mixed" and seed % 2):
+            return game_conversation(moves, self._cfg.board_format)
+        return reset
 
     def _start(self, board: rules.Board, agent: str | None) -> EnvReset:
         self.board = board
