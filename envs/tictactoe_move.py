@@ -5,8 +5,14 @@ k uniform in 2..7 (X first), and draw again while the result is won or full, or 
 the tenth of symmetry classes held out for evaluation (`rules.held_out`: the positions files
 of `envs/tictactoe_positions.py` come from those, so they are boards training never shows).
 The agent is whoever is to move, so it plays X on even k and O on odd k. Boards start with at
-least two marks: on the empty or one-mark board nearly every move is minimax-best and no move is
-illegal, so those positions say little about the policy.
+least `cfg.min_marks` marks (2 by default: on the empty or one-mark board nearly every move is
+minimax-best and no move is illegal, so those positions say little about the policy; 0 adds
+them for a policy that must also open full games).
+
+Context (`cfg.context`): `board` asks for the move on the board alone; `game` inside the
+conversation of the full tictactoe game (envs.game_env) in which the k moves were played, the
+agent's as its own tool calls, so that every turn of a full game is a prompt the policy
+trained on; `mixed` asks odd seeds in a game and even seeds on the board alone.
 
 Scoring of the single turn (then the episode terminates):
   invalid_call  cfg.reward_invalid  a ToolCallError, another tool, bad or out-of-range arguments
