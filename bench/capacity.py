@@ -64,15 +64,19 @@ def build(args):
 
 
 def score(folder: str, env_cfg, seed: int) -> dict:
-    from actors.evaluate import evaluate, load_policy, score_positions
+    from actors.evaluate import load_policy, score_positions, summarize
+    from arl.episode import ChatRenderer, run_episodes
     from arl.evaluation import read_positions
     from arl.types import SamplingParams
+    from envs.registry import make_env
 
-    fresh = evaluate(folder, env_cfg, 500, seed=seed + 10**6, temperature=0.0)
-    result = {"train_boards": round(fresh.outcomes.get("best", 0.0)
-                                    + fresh.outcomes.get("win", 0.0), 4)}
     engine = load_policy(folder)
     params = SamplingParams(0.0, 1.0, 32, seed)
+    renderer = ChatRenderer(engine.get_tokenizer(), stop_token=engine.get_tokenizer().eos_token)
+    starts = [(make_env(env_cfg), seed + 10**6 + i, i) for i in range(500)]
+    fresh = summarize(run_episodes(engine, renderer, starts, params, max_turns=1))
+    result = {"train_boards": round(fresh.outcomes.get("best", 0.0)
+                                    + fresh.outcomes.get("win", 0.0), 4)}
     for name in POSITIONS:
         rows = read_positions(f"configs/positions/{name}.jsonl")
         rates = score_positions(engine, env_cfg, rows, 1, params)

@@ -139,7 +139,7 @@ class TicTacToeMoveEnv:
         if self._symmetry is not None:  # shown[j] = board[perm[j]]: square i + 1 moves to j
             where = {i: j for j, i in enumerate(self._symmetry)}
             moves = tuple(where[m - 1] + 1 for m in moves)
-        reset = self._start(replay(moves), None)
+        reset = self._start(replay(moves), None)  # the board and agent, in either context
         context = self._cfg.context
         if context == "game" or (context == "mixed" and seed % 2):
             return game_conversation(moves, self._cfg.board_format)

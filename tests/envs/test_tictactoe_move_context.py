@@ -4,48 +4,46 @@ fewer marks (env.min_marks): the prompts a policy also meets when it plays whole
 import pytest
 
 from arl.config import ConfigError, load_config
-from arl.tools import format_tool_call, parse_tool_call
-from arl.types import Message, ToolCall
+from arl.tools import parse_tool_call
+from arl.types import ToolCall
 from envs import tictactoe_rules as rules
 from envs.registry import env_config, make_env
 from envs.tictactoe_move import TicTacToeMoveEnv, opening_moves, replay
 
 
-class _Scripted:
-    def __init__(self, squares):
-        self._squares = iter(squares)
-
-    def choose(self, board, mark, rng):
-        return next(self._squares)
-
-
-def _full_game_prompt(moves, seat):
-    """The conversation of arl's full game (envs.tictactoe) in which `moves` were played,
-    driven move by move through the game env itself."""
-    from envs.config import TicTacToeConfig
-    from envs.tictactoe import make_tictactoe
-
-    mine, theirs = moves[seat == "O"::2], moves[seat == "X"::2]
-    game = make_tictactoe(TicTacToeConfig(name="tictactoe", seat=seat), _Scripted(theirs))
-    reset = game.reset(123)
-    messages = list(reset.messages)
-    for square in mine:
-        text = format_tool_call(ToolCall("choose_square", {"square": square}))
-        messages += [Message("assistant", text),
-                     *game.step(parse_tool_call(text, reset.tools)).messages]
-    return messages, game.board
+def test_game_context_reads_as_the_full_game_at_that_turn():
+    env = make_env(env_config("tictactoe_move", context="game", min_marks=0))
+    reset = env.reset(5)  # the moves 6 (X), 1 (O), 9 (X), 5 (O): X to move
+    assert opening_moves(5, 0) == (6, 1, 9, 5)
+    call = '<tool_call>{{"name": "choose_square", "arguments": {{"square": {}}}}}</tool_call>'
+    assert [(m.role, m.content) for m in reset.messages] == [
+        ("system", "You play tic-tac-toe as X against an opponent. "
+                   "Reply with one choose_square tool call per turn."),
+        ("user", "X: -\nO: -\nfree: 1 2 3 4 5 6 7 8 9\nYou are X. Your move."),
+        ("assistant", call.format(6)),
+        ("tool", "You played square 6. Opponent played square 1.\n"
+                 "X: 6\nO: 1\nfree: 2 3 4 5 7 8 9\nYour move."),
+        ("assistant", call.format(9)),
+        ("tool", "You played square 9. Opponent played square 5.\n"
+                 "X: 6 9\nO: 1 5\nfree: 2 3 4 7 8\nYour move."),
+    ]
+    assert [t.name for t in reset.tools] == ["choose_square"]
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_game_context_is_the_full_games_own_conversation(seed):
+def test_game_context_replays_the_moves_with_the_agent_to_move(seed):
     env = make_env(env_config("tictactoe_move", context="game", min_marks=0))
     reset = env.reset(seed)
     moves = opening_moves(seed, 0)
-    messages, board = _full_game_prompt(moves, env.agent)
-    assert list(reset.messages) == messages
-    assert env.board == board == replay(moves) and env.agent == rules.to_move(board)
-    assert [t.name for t in reset.tools] == ["choose_square"]
-    assert reset.messages[-1].content.endswith("Your move.")
+    assert env.board == replay(moves) and env.agent == rules.to_move(env.board)
+    calls = [parse_tool_call(m.content, reset.tools) for m in reset.messages
+             if m.role == "assistant"]
+    assert [c.arguments["square"] for c in calls] == list(moves[env.agent == "O"::2])
+    roles = [m.role for m in reset.messages]
+    assert roles == ["system", "user"] + ["assistant", "tool"] * len(calls)
+    assert reset.messages[-1].content.endswith(
+        f"{rules.render(env.board, 'lists')}\nYou are {env.agent}. Your move."
+        if not calls else f"{rules.render(env.board, 'lists')}\nYour move.")
 
 
 def test_the_move_is_scored_as_on_the_board_alone():
@@ -62,8 +60,7 @@ def test_the_move_is_scored_as_on_the_board_alone():
 
 def test_mixed_asks_every_other_start_state_in_a_game():
     env = make_env(env_config("tictactoe_move", context="mixed"))
-    kinds = {seed: len(env.reset(seed).messages) > 2 or "against" in
-             env.reset(seed).messages[0].content for seed in range(20)}
+    kinds = {seed: "against" in env.reset(seed).messages[0].content for seed in range(20)}
     assert kinds == {seed: seed % 2 == 1 for seed in range(20)}
 
 
@@ -85,6 +82,6 @@ def test_symmetric_images_of_a_game_replay_the_image_of_each_move():
         assert not rules.is_terminal(env.board)
 
 
-def test_min_marks_above_seven_fails_naming_the_key(tmp_path):
+def test_min_marks_above_seven_fails_naming_the_key():
     with pytest.raises(ConfigError, match="env.min_marks"):
         load_config([], ["env.name=tictactoe_move", "env.min_marks=8"], check_paths=False)
