@@ -132,6 +132,9 @@ class LearnerConfig:
     loss: str = opt("gspo", "the policy loss (grpo: token-level, for comparisons)",
                     choices=LOSS_NAMES)
     lr: float = opt(1e-4, "AdamW learning rate", check="positive")
+    dtype: str = opt("float32", "matrix products in bfloat16 (fp32 weights, AdamW state, output "
+                     "head and log-ratios) or float32; auto: bfloat16 where the GPU or CPU "
+                     "computes it natively", choices=DTYPES)
     lr_schedule: str = opt("constant", "cosine decays to 0 at the last step",
                            choices=("constant", "cosine"))
     warmup_steps: int = opt(0, "linear warmup, in learner steps", check="non_negative")

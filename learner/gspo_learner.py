@@ -26,9 +26,13 @@ truncated behaviour ratio (`gspo.behaviour_weights`). They are computed over exa
 micro-batches training runs later, so before the first update `logprobs == old_logprobs` bit
 for bit and the first mini-batch's ratios are exactly 1.
 
-Precision: the learner keeps fp32 weights and computes in fp32 whatever the rollout dtype: a
-bf16 forward adds noise to the sequence log-ratio of the size of GSPO's clip range (3e-4), so
-the clip decision would be noise. `export_weights` gives fp32 arrays; engines cast them.
+Precision: weights, gradients and AdamW state are fp32 whatever the rollout dtype.
+`learner.dtype` sets the compute dtype of the forward and backward: float32, or bfloat16 with
+the output head, log-softmax and log-ratios in fp32 (learner/model.py `compute_in`). Old and
+new log-probs of a step come from the same computation, so the first mini-batch's ratios are
+exactly 1 in either dtype; later ones carry bf16 rounding noise, which bench/learner_dtype.py
+measures against the clip range. `export_weights` gives fp32 arrays;
+engines cast them.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import torch
 from arl import gspo
 from arl.config import LearnerConfig
 from arl.dtypes import DTYPES
+from arl.dtypes import resolve as resolve_dtype
 from arl.types import Histogram, Trajectory
 from learner import snapshot
 from learner.backend import make_backend
@@ -51,7 +56,7 @@ from learner.checkpoint import LearnerState
 from learner.collate import Batch, collate
 from learner.data_parallel import DataParallel
 from learner.lora import apply_lora
-from learner.model import load_model, set_torch_threads, token_logprobs
+from learner.model import compute_in, load_model, set_torch_threads, token_logprobs
 from learner.optim import lr_factor
 
 
@@ -76,10 +81,11 @@ class GSPOLearner:
     ):
         """Load the model at `model_path` (fp32, train mode), AdamW and the LR schedule.
 
-        dtype: the rollout engine's dtype (auto | bfloat16 | float32); the learner trains in
-        fp32 either way. total_steps: learner steps in the run (cosine length). Raises
-        ValueError for an unknown dtype or loss, or a model with dropout (the trained policy
-        must be the sampling policy, or ratios compare two different functions).
+        dtype: the rollout engine's dtype (auto | bfloat16 | float32); the learner's own
+        compute dtype is `cfg.dtype`, its weights fp32 either way. total_steps: learner steps
+        in the run (cosine length). Raises ValueError for an unknown dtype or loss, or a model
+        with dropout (the trained policy must be the sampling policy, or ratios compare two
+        different functions).
         """
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
@@ -96,7 +102,11 @@ class GSPOLearner:
         self.backend = make_backend(self.model, cfg, self.device)  # optimizer, reductions
         self.dp = DataParallel(self.backend, cfg.micro_batch_size, self.device)
         self.counters = {"version": 0, "skipped_steps": 0, "skipped_in_row": 0}
-        self.forward = _Forward(self.backend, self.device, cfg.micro_batch_size)
+        on_gpu = self.device.type == "cuda"
+        self.compute_dtype = resolve_dtype(
+            cfg.dtype, on_gpu, on_gpu and torch.cuda.is_bf16_supported())
+        self.forward = _Forward(self.backend, self.device, cfg.micro_batch_size,
+                                self.compute_dtype)
 
     @property
     def version(self) -> int:
@@ -223,15 +233,19 @@ class _Forward:
     """Forward passes of micro-batches under the current weights, on the learner's device
     (batches stay on the CPU until here)."""
 
-    def __init__(self, backend, device: torch.device, micro_batch_size: int):
+    def __init__(self, backend, device: torch.device, micro_batch_size: int,
+                 compute_dtype: str = "float32"):
         self.backend, self.device, self.micro_batch_size = backend, device, micro_batch_size
+        self.compute_dtype = compute_dtype  # of the matrix products (learner.dtype, resolved)
         self.filler: Batch | None = None  # one row of the current batch (`fill`)
 
     def logprobs(self, micro: Batch, temperature: float, with_entropy: bool = False
                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """([b, t] float32 logprobs of a micro-batch's ids, [b, t] entropy or None)."""
-        out = token_logprobs(self.backend.module, micro.input_ids.to(self.device),
-                             micro.attention_mask.to(self.device), temperature, with_entropy)
+        with compute_in(self.backend.module, self.compute_dtype):
+            out = token_logprobs(self.backend.module, micro.input_ids.to(self.device),
+                                 micro.attention_mask.to(self.device), temperature,
+                                 with_entropy)
         return out if with_entropy else (out, None)
 
     @torch.no_grad()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +29,45 @@ def torch_dtype(name: str) -> torch.dtype:
     if name not in _DTYPES:
         raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {name!r}")
     return _DTYPES[name]
+
+
+@contextlib.contextmanager
+def compute_in(model: torch.nn.Module, dtype: str) -> Iterator[None]:
+    """Run `model`'s forward (and the backward it records) with matrix products in `dtype`
+    (bfloat16 | float32) while weights, gradients and optimizer state keep their own dtype
+    (fp32 in the learner: mixed precision with fp32 master weights).
+
+    In bfloat16 the output head still runs in fp32 on the fp32 final hidden state: the
+    log-probs, the sequence log-ratio and the clip decision are then free of bf16 logit
+    rounding (a bf16 logit of size 10 is off by up to 0.03), and the residual stream stays
+    fp32 because embeddings and norms are outside autocast. Nothing changes for float32."""
+    if dtype == "float32":
+        yield
+        return
+    if dtype != "bfloat16":
+        raise ValueError(f"compute dtype must be bfloat16 | float32, got {dtype!r}")
+    head = _output_head(model)
+    device = head.weight.device.type
+
+    def fp32_head(hidden: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device, enabled=False):
+            return head.__class__.forward(head, hidden.float())
+
+    head.forward = fp32_head  # an instance attribute: shadows the class's forward
+    try:
+        with torch.autocast(device, dtype=torch.bfloat16):
+            yield
+    finally:
+        del head.forward
+
+
+def _output_head(model: torch.nn.Module) -> torch.nn.Module:
+    """The lm head of an HF model, of a peft model around one, or of a DeepSpeed engine's."""
+    inner = model.module if hasattr(model, "module") and not hasattr(
+        model, "get_output_embeddings") else model
+    return inner.get_output_embeddings()
+
+
 _LOGPROB_CHUNK_TOKENS = 4096  # rows of logits turned into fp32 at once (bounds peak memory)
 _interop_threads_set = False
 
