@@ -60,6 +60,13 @@ class Batch:
         """Non-pad tokens in the batch (what a forward pass really processes)."""
         return int(self.attention_mask.sum().item())
 
+    @property
+    def first_loss_column(self) -> int:
+        """The first column where any row has a sampled token (1 if none has): columns
+        before it need no log-prob."""
+        columns = self.loss_mask.any(dim=0).nonzero()
+        return int(columns[0]) if len(columns) else 1
+
     def with_old_logprobs(self, old_logprobs: Tensor) -> Batch:
         """A copy carrying `old_logprobs` [B, T] (detached, float32)."""
         if old_logprobs.shape != self.input_ids.shape:

@@ -3,8 +3,10 @@
 One learner step = one rollout batch:
   1. collate the trajectories (exact sampled ids, right padding);
   2. shuffle the sequence order with a generator seeded by (seed, version), split the batch into
-     `mini_batches` near-equal mini-batches, and compute `old_logprobs` for all of them under
-     no_grad with the weights at the start of the step;
+     `mini_batches` near-equal mini-batches, and compute `old_logprobs` for all but the first
+     under no_grad with the weights at the start of the step (the first mini-batch trains on
+     those same weights, so its own forward pass gives its old_logprobs: they are its
+     logprobs, detached);
   3. per mini-batch: micro-batches of `micro_batch_size` accumulate gradients of a loss whose
      normaliser is the mini-batch size (so the sum equals the whole mini-batch's gradient),
      clip the grad norm, take one AdamW step. Later mini-batches are therefore off-policy and
@@ -24,7 +26,8 @@ sampler's. The clip is anchored to the learner's own policy in both modes (AReaL
 objective), and `learner.behaviour_is_cap > 0` also weights each sequence's advantage by the
 truncated behaviour ratio (`gspo.behaviour_weights`). They are computed over exactly the
 micro-batches training runs later, so before the first update `logprobs == old_logprobs` bit
-for bit and the first mini-batch's ratios are exactly 1.
+for bit and the first mini-batch's ratios are exactly 1 (with the behaviour correction on,
+the first mini-batch gets its own no_grad pass too: its weights are needed before its loss).
 
 Precision: weights, gradients and AdamW state are fp32 whatever the rollout dtype.
 `learner.dtype` sets the compute dtype of the forward and backward: float32, or bfloat16 with
@@ -146,7 +149,11 @@ class GSPOLearner:
         batch = collate(trajectories, advantages, self.pad_id)
         self.forward.filler = batch.select(np.array([0]))  # see _Forward.fill
         minis = self._mini_batches(batch, temperature)
-        results = [self._optimizer_step(*mini, temperature) for mini in minis]
+        results = []
+        for i, (mini, size, norm) in enumerate(minis):
+            result, mini = self._optimizer_step(mini, size, norm, temperature)
+            minis[i] = (mini, size, norm)  # the first one now carries its old_logprobs
+            results.append(result)
         outputs, lengths = self.dp.gathered([o for r in results for o in r.outputs],
                                             [n for r in results for n in r.lengths])
         self.counters["version"] += 1
@@ -165,14 +172,19 @@ class GSPOLearner:
         the whole mini-batch; their summed weights, the loss normaliser N) per mini-batch.
 
         All old_logprobs are computed before any update: they are the policy at step start.
+        The first mini-batch's are left None (its optimizer step takes them from its own
+        forward pass, before its update) unless the behaviour correction needs them first.
         With fewer sequences than `mini_batches`, each sequence is its own mini-batch.
         """
         order = np.random.default_rng([self.seed, self.version]).permutation(batch.size)
         self._entropy_sum = 0.0
         out: list[tuple[Batch | None, int, float]] = []
-        for rows in np.array_split(order, min(self.cfg.mini_batches, batch.size)):
+        for i, rows in enumerate(np.array_split(order, min(self.cfg.mini_batches, batch.size))):
             mine = self.dp.share(rows)
             mini = batch.select(mine) if len(mine) else None
+            if i == 0 and self.cfg.behaviour_is_cap <= 0:
+                out.append((mini, len(rows), float(batch.weights[rows].sum())))
+                continue
             old, entropy = self.forward.old_logprobs(mini, temperature,
                                                      self.dp.passes(len(rows)))
             self._entropy_sum += entropy
@@ -188,14 +200,26 @@ class GSPOLearner:
         return out
 
     def _optimizer_step(self, mini: Batch | None, size: int, norm: float, temperature: float
-                        ) -> _MiniResult:
+                        ) -> tuple[_MiniResult, Batch | None]:
         """Accumulate the gradient of a mini-batch of `size` rows (normaliser `norm`) over
-        micro-batches; the backend sums it over ranks, clips, and steps unless non-finite."""
+        micro-batches; the backend sums it over ranks, clips, and steps unless non-finite.
+        Returns the result and the mini-batch, which carries old_logprobs: a mini-batch
+        without them (the first of a step) takes each micro-batch's own log-probs, detached,
+        and its entropy counts in the step's entropy metric."""
         cfg, dev = self.cfg, self.device
         loss, outputs, lengths, tokens = 0.0, [], [], 0
         micros = mini.split(cfg.micro_batch_size) if mini is not None else []
+        own_old = mini is not None and mini.old_logprobs is None
+        olds = []
         for micro in micros:
-            logprobs, entropy = self.forward.logprobs(micro, temperature, cfg.entropy_coef > 0)
+            logprobs, entropy = self.forward.logprobs(
+                micro, temperature, cfg.entropy_coef > 0 or own_old)
+            if own_old:
+                old = logprobs.detach()
+                micro = micro.with_old_logprobs(old.cpu())
+                olds.append(old.cpu())
+                self._entropy_sum += float((entropy.detach().cpu() * micro.loss_mask).sum())
+                entropy = entropy if cfg.entropy_coef > 0 else None
             out = self.loss_fn(
                 logprobs, micro.old_logprobs.to(dev), micro.advantages.to(dev),
                 micro.loss_mask.to(dev),
@@ -214,7 +238,10 @@ class GSPOLearner:
         self.forward.fill(max(0, self.dp.passes(size) - len(micros)), temperature, backward=True)
         loss, summed_tokens = self.dp.sum([loss, float(tokens)])
         norm, applied = self.backend.step(math.isfinite(loss))
-        return _MiniResult(loss, norm, applied, outputs, int(summed_tokens), lengths)
+        if own_old:
+            mini = mini.with_old_logprobs(_stack_columns(olds, mini.input_ids.shape))
+        result = _MiniResult(loss, norm, applied, outputs, int(summed_tokens), lengths)
+        return result, mini
 
     def export_weights(self) -> dict[str, np.ndarray]:
         """Full fp32 weights under HF names (learner/snapshot.py); {} on ranks other than 0."""
@@ -245,7 +272,7 @@ class _Forward:
         with compute_in(self.backend.module, self.compute_dtype):
             out = token_logprobs(self.backend.module, micro.input_ids.to(self.device),
                                  micro.attention_mask.to(self.device), temperature,
-                                 with_entropy)
+                                 with_entropy, from_position=micro.first_loss_column)
         return out if with_entropy else (out, None)
 
     @torch.no_grad()
@@ -275,6 +302,16 @@ class _Forward:
                 self.backend.backward(logprobs.sum() * 0.0)
 
 
+def _stack_columns(pieces: list[torch.Tensor], shape: torch.Size) -> torch.Tensor:
+    """Micro-batches' [b_i, t_i] rows stacked into a zero-padded [B, T] tensor."""
+    out = torch.zeros(shape, dtype=torch.float32)
+    start = 0
+    for piece in pieces:
+        out[start : start + piece.shape[0], : piece.shape[1]] = piece
+        start += piece.shape[0]
+    return out
+
+
 def _token_means(minis: list[Batch], entropy_sum: float, dp: DataParallel
                  ) -> tuple[float, float]:
     """Means over the loss-mask tokens of the whole batch (0.0 if there are none) of
@@ -293,6 +330,11 @@ def _trainable_model(model_path: str, cfg: LearnerConfig, device: torch.device
     configured, its pad id). Raises ValueError without a pad token or with dropout."""
     model, tokenizer = load_model(model_path, "float32")
     model.to(device)
+    if device.type == "cpu":
+        # torch's CPU SDPA kernel is slow for training with small bf16 heads: SmolLM2-135M,
+        # 16 x 160 tokens, bf16 forward + backward took 13.3 s with it, 9.0 s eager (the
+        # tiny model: 0.51 and 0.31 s, warmstart/sft.py); in fp32 the two are alike.
+        model.set_attn_implementation("eager")
     if cfg.lora.rank > 0:  # adapters only: AdamW state for them alone (learner/lora.py)
         model = apply_lora(model, cfg.lora)
     _require_no_dropout(model)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 from collections.abc import Iterator
 
@@ -113,6 +114,7 @@ def token_logprobs(
     attention_mask: torch.Tensor,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    from_position: int = 1,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probs [B, T] float32: out[b, t] = log p(input_ids[b, t] | input_ids[b, <t])
     under softmax(logits / temperature). out[b, t] = 0 unless tokens t-1 and t are both attended
@@ -123,18 +125,26 @@ def token_logprobs(
     Left, right or no padding all work: position ids follow the attention mask. Differentiable
     when grad is enabled. The fp32 log-softmax runs over chunks of tokens, and with grad on each
     chunk is recomputed in backward instead of kept, so no [B, T, V] fp32 tensor ever lives.
+
+    `from_position` p: only columns p.. are wanted (the learner passes the first column of
+    any row's loss mask); the output head and the log-softmax then run on the last T - p + 1
+    positions only and columns before p are 0. For a real model with a large vocabulary and
+    a long prompt the head is most of the forward pass (SmolLM2-135M: 49,152 x 576).
     """
     input_ids = input_ids.long()
     attention_mask = attention_mask.long()
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    batch, length = input_ids.shape
+    first = min(max(int(from_position), 1), length)  # column 0 has no log-prob
+    keep = length - first + 1 if first > 1 and _takes_logits_to_keep(model) else 0
     logits = model(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-        use_cache=False,
-    ).logits  # [B, T, V], model dtype
-    batch, length = input_ids.shape
+        use_cache=False, **({"logits_to_keep": keep} if keep else {}),
+    ).logits  # [B, T or keep, V], model dtype
+    kept = logits.shape[1]
     flat_logits = logits.reshape(-1, logits.shape[-1])  # a view: no copy of the logits
     # row (b, t) predicts ids[b, t + 1]; the wrapped-around last column is dropped below
-    flat_targets = torch.roll(input_ids, -1, dims=1).reshape(-1)
+    flat_targets = torch.roll(input_ids[:, length - kept:], -1, dims=1).reshape(-1)
     use_checkpoint = torch.is_grad_enabled() and flat_logits.requires_grad
     chunk_fn = _chunk_logprobs_entropy if with_entropy else _chunk_logprobs
     pieces = []
@@ -149,13 +159,24 @@ def token_logprobs(
     valid = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()
 
     def place(flat: torch.Tensor) -> torch.Tensor:
-        shifted = flat.view(batch, length)[:, :-1]  # [B, T-1]: entries 1..T-1
-        shifted = torch.where(valid, shifted, torch.zeros_like(shifted))
-        return torch.cat([shifted.new_zeros(batch, 1), shifted], dim=1)
+        # [B, kept-1]: entries T-kept+1 .. T-1; earlier columns are 0
+        shifted = flat.view(batch, kept)[:, :-1]
+        shifted = torch.where(valid[:, length - kept:], shifted, torch.zeros_like(shifted))
+        return torch.cat([shifted.new_zeros(batch, length - kept + 1), shifted], dim=1)
 
     if not with_entropy:
         return place(torch.cat(pieces))
     return place(torch.cat([p[0] for p in pieces])), place(torch.cat([p[1] for p in pieces]))
+
+
+def _takes_logits_to_keep(model: torch.nn.Module) -> bool:
+    """Whether the HF model inside `model` (a peft or DeepSpeed wrapper allowed) accepts
+    `logits_to_keep` (transformers' causal LMs do; remote code may not)."""
+    inner = model.module if hasattr(model, "module") and not hasattr(
+        model, "get_output_embeddings") else model
+    if hasattr(inner, "get_base_model"):  # peft
+        inner = inner.get_base_model()
+    return "logits_to_keep" in inspect.signature(type(inner).forward).parameters
 
 
 def _chunk_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float):

@@ -254,3 +254,31 @@ def test_bf16_compute_keeps_the_first_ratio_exact_and_logs_the_gap(model_dir):
     assert metrics["gspo/ratio_min"] == 1.0 and metrics["gspo/ratio_max"] == 1.0
     assert math.isfinite(metrics["rollout/sampler_logprob_gap"])
     assert metrics["rollout/sampler_logprob_gap"] > 0.0  # the fixtures' sampler log-probs
+
+
+def test_the_first_mini_batch_needs_no_pass_of_its_own_for_old_logprobs(model_dir):
+    """Mini-batch 1 trains on the weights its old log-probs are defined by: its own forward
+    pass gives them. With 4 mini-batches of one micro-batch each, a step makes 3 no-grad
+    passes (old log-probs of mini-batches 2-4) and 4 training passes, and the first
+    mini-batch's ratios are exactly 1."""
+    learner = tiny_learner(model_dir, mini_batches=4, micro_batch_size=4)
+    passes = {"grad": 0, "no_grad": 0}
+
+    def count(module, args, kwargs):
+        passes["grad" if torch.is_grad_enabled() else "no_grad"] += 1
+
+    learner.model.register_forward_pre_hook(count, with_kwargs=True)
+    ratios = []
+    real_loss = learner.loss_fn
+
+    def loss_fn(*args):
+        out = real_loss(*args)
+        ratios.append(out.ratio)
+        return out
+
+    learner.loss_fn = loss_fn
+    metrics = learner.step(random_trajectories(16, seed=6), random_advantages(16, seed=6))
+    assert passes == {"grad": 4, "no_grad": 3}
+    assert torch.equal(ratios[0], torch.ones_like(ratios[0]))
+    assert math.isfinite(metrics["learner/entropy"]) and metrics["learner/entropy"] > 0.0
+    assert math.isfinite(metrics["rollout/sampler_logprob_gap"])

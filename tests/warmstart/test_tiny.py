@@ -300,3 +300,23 @@ def test_template_signature_handles_several_tools_and_bare_schemas():
     assert "\npass_turn()\n" in text
     assert "\nsay(text: string, loud: boolean): Speak.\n" in text
     assert text.endswith("<|im_start|>user\ngo<|im_end|>\n<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize("padding", ["right", "left"])
+def test_logprobs_from_a_position_match_the_full_computation(tok, padding):
+    """from_position p: the output head runs on the last positions only, and columns p.. equal
+    the full computation's (log-probs and entropies), columns before p are 0."""
+    model = build_tiny_model(tok, hidden_size=64, num_layers=2, num_heads=2)
+    ids = torch.randint(7, len(tok), (3, 20), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    if padding == "right":
+        mask[1, 15:] = 0
+    else:
+        mask[2, :4] = 0
+    with torch.no_grad():
+        full, full_h = token_logprobs(model, ids, mask, with_entropy=True)
+        for p in (1, 9, 19):
+            part, part_h = token_logprobs(model, ids, mask, with_entropy=True, from_position=p)
+            torch.testing.assert_close(part[:, p:], full[:, p:], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(part_h[:, p:], full_h[:, p:], rtol=1e-5, atol=1e-5)
+            assert not part[:, :p].any() and not part_h[:, :p].any()
