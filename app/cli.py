@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="GSPO training (embedded Ray, or the cluster it runs on)",
                            epilog=TRAIN_EPILOG, formatter_class=argparse.RawTextHelpFormatter)
     train.add_argument("config", nargs="+", help="YAML config file(s), then key=value overrides")
-    warm = sub.add_parser("warmstart", help="build and warm-start the tiny offline model")
+    warm = sub.add_parser("warmstart", help="teach the tiny offline model, or a pretrained one "
+                          "(warmstart.base), the tool-call format")
     warm.add_argument("config", nargs="*", help="optional YAML file(s), then key=value overrides")
     warm.add_argument("--force", action="store_true", help="rebuild even if cached")
     _eval_parser(sub)

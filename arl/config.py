@@ -302,6 +302,11 @@ def _check_warmstart(cfg: Config) -> None:
         raise ConfigError("warmstart.illegal_fraction", "malformed + illegal fractions exceed 1")
     if ws.hidden_size % ws.num_heads:
         raise ConfigError("warmstart.num_heads", "must divide warmstart.hidden_size")
+    if ws.base:
+        try:
+            model_file(ws.base)
+        except (FileNotFoundError, ValueError) as err:
+            raise ConfigError("warmstart.base", str(err)) from err
 
 
 def require_extras(cfg: Config) -> None:

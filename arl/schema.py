@@ -170,6 +170,9 @@ class LearnerConfig:
                                        check="non_negative")
     turn_discount: float = opt(1.0, "advantage=turn: gamma of the returns-to-go",
                                check="fraction")
+    share_prefix: bool = opt(True, "run a prompt that rows of a micro-batch share (the G "
+                             "samples of a start state) once, and order each mini-batch's rows "
+                             "by group so that they do; exact up to rounding")
     entropy_coef: float = opt(0.0, "> 0: subtract coef x the sampled tokens' mean entropy from "
                               "the loss (an exploration bonus)", check="non_negative")
     max_restarts: int = opt(3, "times the run rebuilds a dead learner group from its last "
@@ -218,6 +221,10 @@ class WandbConfig:
 @dataclass
 class WarmstartConfig:
     output: str = opt("cache:tiny-warmstart", "where `arl warmstart` saves the model")
+    base: str = opt("", "a pretrained model to warm up (anything model.path takes: a folder, "
+                    "cache:<name>, a GGUF file, pkg:<dist>/<file>) with its own tokenizer and "
+                    "chat template; empty: build the tiny model (vocab_size, hidden_size, "
+                    "num_layers, num_heads, architecture)")
     env: str = opt("", "the env whose transcripts teach the format; empty: the default env")
     examples: int = opt(16000, "synthetic transcripts", check="positive")
     epochs: int = opt(1, "passes over them", check="positive")
@@ -240,6 +247,8 @@ class WarmstartConfig:
                          "for vLLM", check="positive")
     architecture: str = opt("qwen2", "qwen2, or bailing_hybrid (Ling-3.0's MoE family)",
                             choices=ARCHITECTURES)
+    eval_episodes: int = opt(500, "episodes at temperature 1 that score the saved model",
+                             check="positive")
 
 
 @dataclass

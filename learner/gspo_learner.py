@@ -109,7 +109,7 @@ class GSPOLearner:
         self.compute_dtype = resolve_dtype(
             cfg.dtype, on_gpu, on_gpu and torch.cuda.is_bf16_supported())
         self.forward = _Forward(self.backend, self.device, cfg.micro_batch_size,
-                                self.compute_dtype)
+                                self.compute_dtype, cfg.share_prefix)
 
     @property
     def version(self) -> int:
@@ -180,6 +180,8 @@ class GSPOLearner:
         self._entropy_sum = 0.0
         out: list[tuple[Batch | None, int, float]] = []
         for i, rows in enumerate(np.array_split(order, min(self.cfg.mini_batches, batch.size))):
+            if self.cfg.share_prefix:  # rows of a group next to each other: one prompt pass
+                rows = np.sort(rows)
             mine = self.dp.share(rows)
             mini = batch.select(mine) if len(mine) else None
             if i == 0 and self.cfg.behaviour_is_cap <= 0:
@@ -261,9 +263,10 @@ class _Forward:
     (batches stay on the CPU until here)."""
 
     def __init__(self, backend, device: torch.device, micro_batch_size: int,
-                 compute_dtype: str = "float32"):
+                 compute_dtype: str = "float32", share_prefix: bool = False):
         self.backend, self.device, self.micro_batch_size = backend, device, micro_batch_size
         self.compute_dtype = compute_dtype  # of the matrix products (learner.dtype, resolved)
+        self.share_prefix = share_prefix  # one pass per distinct prompt (learner/model.py)
         self.filler: Batch | None = None  # one row of the current batch (`fill`)
 
     def logprobs(self, micro: Batch, temperature: float, with_entropy: bool = False
@@ -272,7 +275,8 @@ class _Forward:
         with compute_in(self.backend.module, self.compute_dtype):
             out = token_logprobs(self.backend.module, micro.input_ids.to(self.device),
                                  micro.attention_mask.to(self.device), temperature,
-                                 with_entropy, from_position=micro.first_loss_column)
+                                 with_entropy, from_position=micro.first_loss_column,
+                                 share_prefix=self.share_prefix)
         return out if with_entropy else (out, None)
 
     @torch.no_grad()

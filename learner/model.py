@@ -7,15 +7,18 @@ import inspect
 import os
 from collections.abc import Iterator
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
+    DynamicCache,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
+from transformers.cache_utils import DynamicLayer
 from transformers.utils import logging as hf_logging
 
 # A progress bar per weight load is noise in every worker's log (and in `arl eval`).
@@ -115,6 +118,7 @@ def token_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     from_position: int = 1,
+    share_prefix: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probs [B, T] float32: out[b, t] = log p(input_ids[b, t] | input_ids[b, <t])
     under softmax(logits / temperature). out[b, t] = 0 unless tokens t-1 and t are both attended
@@ -130,14 +134,22 @@ def token_logprobs(
     any row's loss mask); the output head and the log-softmax then run on the last T - p + 1
     positions only and columns before p are 0. For a real model with a large vocabulary and
     a long prompt the head is most of the forward pass (SmolLM2-135M: 49,152 x 576).
+
+    `share_prefix` (with p > 1, right padding, a model whose cache holds plain keys and
+    values): rows whose first p - 1 ids are the same (the G samples of a start state) run
+    those ids once; their keys and values are copied to every such row, which then runs
+    only its own columns p - 1.. (gradients flow back through the copies). The result
+    equals the plain pass up to rounding; for one-turn episodes the prompt is most of a row.
     """
     input_ids = input_ids.long()
     attention_mask = attention_mask.long()
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     batch, length = input_ids.shape
     first = min(max(int(from_position), 1), length)  # column 0 has no log-prob
-    keep = length - first + 1 if first > 1 and _takes_logits_to_keep(model) else 0
-    logits = model(
+    keep = length - first + 1 if first > 1 and takes_logits_to_keep(model) else 0
+    shared = _shared_prefix_logits(model, input_ids, attention_mask, position_ids, keep) \
+        if share_prefix and keep else None
+    logits = shared if shared is not None else model(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
         use_cache=False, **({"logits_to_keep": keep} if keep else {}),
     ).logits  # [B, T or keep, V], model dtype
@@ -169,14 +181,83 @@ def token_logprobs(
     return place(torch.cat([p[0] for p in pieces])), place(torch.cat([p[1] for p in pieces]))
 
 
-def _takes_logits_to_keep(model: torch.nn.Module) -> bool:
-    """Whether the HF model inside `model` (a peft or DeepSpeed wrapper allowed) accepts
-    `logits_to_keep` (transformers' causal LMs do; remote code may not)."""
+def _shared_prefix_logits(model: torch.nn.Module, input_ids: torch.Tensor,
+                          attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                          keep: int) -> torch.Tensor | None:
+    """Logits [B, keep, V] of the last `keep` positions with the columns before a split run
+    once per distinct prefix (see `token_logprobs`), or None where that does not pay or
+    cannot apply: prefixes hold padding (left padding), or the model's cache keeps more
+    than plain keys and values (linear attention, sliding windows)."""
+    limit = input_ids.shape[1] - keep  # the prefix may end before the first kept position
+    if limit < 1 or not bool(attention_mask[:, :limit].all()):
+        return None
+    split = _prefix_split(input_ids[:, :limit], input_ids.shape[1])
+    if split is None:
+        return None
+    cut, rows_of = split
+    cache, kwarg = _plain_kv_cache(model)
+    if cache is None:
+        return None
+    some_row = torch.zeros(int(rows_of.max()) + 1, dtype=torch.long)
+    some_row[rows_of] = torch.arange(len(rows_of))  # a row of each prefix (any one will do)
+    prefixes = input_ids[some_row, :cut]  # [U, cut]
+    model(input_ids=prefixes, attention_mask=torch.ones_like(prefixes),
+          position_ids=position_ids[some_row, :cut], use_cache=True, logits_to_keep=1,
+          **{kwarg: cache})
+    cache.reorder_cache(rows_of)  # an index_select per layer: gradients sum back
+    return model(input_ids=input_ids[:, cut:], attention_mask=attention_mask,
+                 position_ids=position_ids[:, cut:], use_cache=True,
+                 logits_to_keep=keep, **{kwarg: cache}).logits
+
+
+_SHARE_WORTH = 0.8  # share only if it runs at most this share of the plain pass's tokens
+
+
+def _prefix_split(prefix_ids: torch.Tensor, length: int) -> tuple[int, torch.Tensor] | None:
+    """(cut, rows_of [B]): the cut column c among 1..P of [B, P] `prefix_ids` that minimises
+    the tokens two passes run, U(c) * c + B * (length - c), where U(c) is the number of
+    distinct rows of ids[:, :c] and rows_of maps rows to them; None if the best is not below
+    `_SHARE_WORTH` of the plain B * length. A prompt the G samples of a group share (and a
+    system prompt that many groups share) is what this finds."""
+    rows, columns = prefix_ids.shape
+    ids = prefix_ids.numpy()
+    classes = np.zeros(rows, dtype=np.int64)
+    best = (_SHARE_WORTH * rows * length, 0, classes)
+    for cut in range(1, columns + 1):
+        pairs = np.stack([classes, ids[:, cut - 1]], axis=1)
+        _, classes = np.unique(pairs, axis=0, return_inverse=True)
+        distinct = int(classes.max()) + 1
+        if distinct == rows:  # no row shares its prefix any more: longer cuts cost more
+            break
+        cost = distinct * cut + rows * (length - cut)
+        if cost < best[0]:
+            best = (cost, cut, classes.reshape(-1).copy())
+    return (best[1], torch.from_numpy(best[2])) if best[1] else None
+
+
+def _plain_kv_cache(model: torch.nn.Module):
+    """(an empty DynamicCache for the HF model inside `model`, the forward's keyword for it),
+    or (None, "") if any of its layers is not a plain full-attention layer."""
+    inner = _hf_model(model)
+    cache = DynamicCache(config=inner.config)
+    if not cache.layers or any(type(layer) is not DynamicLayer for layer in cache.layers):
+        return None, ""
+    params = inspect.signature(type(inner).forward).parameters
+    # transformers renamed `past_key_values` to `cache` (5.2x; as actors/engines/hf.py)
+    return cache, "cache" if "cache" in params else "past_key_values"
+
+
+def _hf_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The HF model inside a DeepSpeed engine and/or a peft wrapper."""
     inner = model.module if hasattr(model, "module") and not hasattr(
         model, "get_output_embeddings") else model
-    if hasattr(inner, "get_base_model"):  # peft
-        inner = inner.get_base_model()
-    return "logits_to_keep" in inspect.signature(type(inner).forward).parameters
+    return inner.get_base_model() if hasattr(inner, "get_base_model") else inner
+
+
+def takes_logits_to_keep(model: torch.nn.Module) -> bool:
+    """Whether the HF model inside `model` (a peft or DeepSpeed wrapper allowed) accepts
+    `logits_to_keep` (transformers' causal LMs do; remote code may not)."""
+    return "logits_to_keep" in inspect.signature(type(_hf_model(model)).forward).parameters
 
 
 def _chunk_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float):

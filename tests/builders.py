@@ -80,6 +80,25 @@ def random_trajectories(count: int, seed: int, vocab: int = 260, min_len: int = 
     return out
 
 
+def grouped_trajectories(groups: int, size: int, seed: int, vocab: int = 260,
+                         prompt_len: int = 30) -> list[Trajectory]:
+    """`groups` x `size` trajectories whose groups share a random prompt of `prompt_len`
+    ids (mask 0), each followed by its own 3-8 random sampled ids (mask 1)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for g in range(groups):
+        prompt = rng.integers(7, vocab, prompt_len)
+        for i in range(size):
+            reply = rng.integers(7, vocab, int(rng.integers(3, 9)))
+            mask = np.r_[np.zeros(prompt_len), np.ones(len(reply))].astype(np.int8)
+            out.append(Trajectory(
+                token_ids=np.r_[prompt, reply].astype(np.int32), loss_mask=mask,
+                sampler_logprobs=np.where(mask == 1, -1.0, 0.0).astype(np.float32),
+                reward=0.0, group_id=g, policy_version=0, num_turns=1, num_tool_calls=1,
+                num_invalid_calls=0, episode_id=1000 * seed + g * size + i))
+    return out
+
+
 def random_advantages(count: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed + 1000).normal(size=count).astype(np.float32)
 

@@ -1,8 +1,11 @@
-"""`arl warmstart`: build the tiny offline model and teach it the chat and tool-call format.
+"""`arl warmstart`: teach a model the chat and tool-call format on synthetic transcripts.
 
-A composition root (like train.py): it wires envs (synthetic transcripts), learner (tokenizer,
-model, supervised pass) and actors (evaluation with the rollout engine). The result is a
-normal HF model directory, cached: a second call with the same settings does nothing.
+The model is the tiny offline one, built here from scratch (tokenizer and weights), or with
+`warmstart.base` a pretrained model (SmolLM2 from a GGUF file, any HF folder) with its own
+tokenizer and chat template. A composition root (like train.py): it wires envs (synthetic
+transcripts), learner (tokenizer, model, supervised pass) and actors (evaluation with the
+rollout engine). The result is a normal HF model directory, cached: a second call with the
+same settings does nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from envs.config import MoveTaskConfig
 from envs.registry import env_config
 
 STAMP_FILE = "warmstart.json"
-EVAL_EPISODES = 500
 
 
 def _stamp(cfg: Config) -> str:
@@ -36,8 +38,13 @@ def _stamp(cfg: Config) -> str:
     settings = {**to_dict(cfg)["warmstart"],
                 "compute_dtype": resolve_dtype(cfg.warmstart.compute_dtype)}
     settings.pop("output")
+    settings.pop("eval_episodes")  # how the result is scored, not what it is
+    if not settings["base"]:
+        settings.pop("base")  # the tiny model's stamps stay what they were before the key
     key = {"warmstart": settings, "env": to_dict(cfg)["env"], "seed": cfg.seed,
            "chat_template": CHAT_TEMPLATE, "data_version": DATA_VERSION}
+    if cfg.warmstart.base:  # which weights: a GGUF conversion's folder names its sha256
+        key["base_model"] = _base_identity(cfg.warmstart.base)
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -74,19 +81,22 @@ def warmstart(cfg: Config, force: bool = False) -> dict[str, object]:
     env_cfg = cfg.env if ws.env in ("", cfg.env.name) else env_config(ws.env)
     moves, games = _demos(cfg, env_cfg)
     demos = moves + games
-    # The tokenizer learns from the env texts and from whole rendered prompts, so the fixed
-    # parts of every prompt (template, tool signature) compress into few tokens.
-    rendered = [render_chat(d.reset.messages, d.reset.tools, True) + d.target
-                for d in moves[:400] + games[:100]]
-    tokenizer = build_tokenizer(corpus_texts(seed=cfg.seed) + rendered, ws.vocab_size)
-    model = build_tiny_model(tokenizer, ws.hidden_size, ws.num_layers, ws.num_heads, cfg.seed,
-                             ws.architecture)
+    if ws.base:
+        model, tokenizer = _pretrained(ws.base)
+    else:
+        # The tokenizer learns from the env texts and from whole rendered prompts, so the
+        # fixed parts of every prompt (template, tool signature) compress into few tokens.
+        rendered = [render_chat(d.reset.messages, d.reset.tools, True) + d.target
+                    for d in moves[:400] + games[:100]]
+        tokenizer = build_tokenizer(corpus_texts(seed=cfg.seed) + rendered, ws.vocab_size)
+        model = build_tiny_model(tokenizer, ws.hidden_size, ws.num_layers, ws.num_heads,
+                                 cfg.seed, ws.architecture)
     examples = [(d.reset.messages, d.reset.tools, d.target) for d in demos]
     losses = supervised_finetune(model, tokenizer, examples, ws.epochs, ws.lr, ws.batch_size,
                                  cfg.seed, ws.prompt_loss, bf16_autocast=compute == "bfloat16")
     save_model_dir(model, tokenizer, out)
     trained = time.perf_counter() - start
-    report = evaluate(out, env_cfg, EVAL_EPISODES, seed=cfg.seed + 10**6)
+    report = evaluate(out, env_cfg, ws.eval_episodes, seed=cfg.seed + 10**6)
     record = {
         "stamp": _stamp(cfg),
         "sft_losses": [round(x, 4) for x in losses],
@@ -100,6 +110,32 @@ def warmstart(cfg: Config, force: bool = False) -> dict[str, object]:
           f"mean reward {report.reward_mean:+.3f}")
     print(json.dumps(record["eval"]))
     return record
+
+
+def _pretrained(base: str):
+    """(model in fp32, its tokenizer) of `warmstart.base` (a GGUF file is converted once)."""
+    from learner.gguf import prepare_model
+    from learner.model import load_model
+
+    return load_model(prepare_model(base), "float32")
+
+
+def _base_identity(base: str) -> dict[str, str]:
+    """What names the base model's weights: the path as given, and a hash of the folder's
+    config.json and weight files' names and sizes (a GGUF file's conversion folder also
+    carries the file's sha256 in its name)."""
+    from learner.gguf import prepare_model
+
+    folder = prepare_model(base)
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(folder)):
+        if name == "config.json" or name.endswith(".safetensors"):
+            path = os.path.join(folder, name)
+            digest.update(f"{name}:{os.path.getsize(path)}".encode())
+            if name == "config.json":
+                with open(path, "rb") as f:
+                    digest.update(f.read())
+    return {"path": base, "folder": os.path.basename(folder), "files": digest.hexdigest()[:16]}
 
 
 def _demos(cfg: Config, env_cfg) -> tuple[list, list]:

@@ -13,8 +13,10 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from actors.engines.stops import end_of_turn_id
-from arl.types import Message, ToolSchema
+from arl.episode import ChatRenderer
+from arl.types import EnvReset, Message, ToolSchema
 from learner.collate import right_pad
+from learner.model import takes_logits_to_keep
 from learner.optim import lr_factor
 
 IGNORE = -100  # label of tokens without loss (prompt, padding)
@@ -32,18 +34,16 @@ def encode_example(
     messages: Sequence[Message],
     tools: Sequence[ToolSchema],
     target: str,
+    renderer: ChatRenderer | None = None,
 ) -> tuple[list[int], int]:
-    """(ids, prompt_len): ids = template(messages, tools, add_generation_prompt) + target +
-    <|im_end|>, the same ids a rollout produces when the policy samples `target` and stops.
-    The first `prompt_len` ids carry no loss."""
-    prompt = tokenizer.apply_chat_template(
-        [m.as_dict() for m in messages],
-        tools=[t.as_dict() for t in tools] or None,
-        add_generation_prompt=True,
-        tokenize=False,
-    )
-    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
-    target_ids = tokenizer.encode(target, add_special_tokens=False)
+    """(ids, prompt_len): ids = the rollout's prompt ids for (messages, tools) + target +
+    the end-of-turn id, the same ids a rollout produces when the policy samples `target` and
+    stops. The prompt is rendered by `ChatRenderer` exactly as rollouts render it (tools
+    described in the system message where the chat template ignores them, as SmolLM2's
+    does). The first `prompt_len` ids carry no loss."""
+    renderer = renderer or ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
+    prompt_ids = renderer.prompt_ids(EnvReset(tuple(messages), tuple(tools)))
+    target_ids = renderer.encode(target)
     return prompt_ids + target_ids + [end_of_turn_id(tokenizer)], len(prompt_ids)
 
 
@@ -74,7 +74,8 @@ def supervised_finetune(
     """
     if not examples:
         raise ValueError("supervised_finetune needs at least one example")
-    encoded = [encode_example(tokenizer, *ex) for ex in examples]
+    renderer = ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
+    encoded = [encode_example(tokenizer, *ex, renderer=renderer) for ex in examples]
     if prompt_loss:
         encoded = [(ids, 1) for ids, _ in encoded]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -146,9 +147,17 @@ def collate(
 
 
 def _target_loss(model, input_ids, attention_mask, labels) -> torch.Tensor:
-    """Token-mean cross-entropy over labelled positions, in fp32 whatever the model dtype."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-    targets = labels[:, 1:]
+    """Token-mean cross-entropy over labelled positions, in fp32 whatever the model dtype.
+    The output head runs from the position before the first labelled column on (all of them
+    with the prompt in the loss): with a real model's vocabulary the head over a whole
+    prompt costs more than the rest of the forward pass."""
+    labelled = (labels != IGNORE).any(dim=0).nonzero()
+    first = max(int(labelled[0]), 1) if len(labelled) else 1
+    kept = input_ids.shape[1] - first + 1
+    extra = {"logits_to_keep": kept} if first > 1 and takes_logits_to_keep(model) else {}
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+                   **extra).logits  # [B, kept or T, V]
+    targets = labels[:, input_ids.shape[1] - logits.shape[1] + 1:]
     keep = targets != IGNORE
     picked = logits[:, :-1][keep]  # only labelled rows go to fp32: [N, V]
     return F.cross_entropy(picked.float(), targets[keep])

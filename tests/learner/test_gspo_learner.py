@@ -13,7 +13,12 @@ from learner.collate import collate
 from learner.gspo_learner import GSPOLearner
 from learner.model import token_logprobs
 from learner.optim import lr_factor
-from tests.builders import random_advantages, random_trajectories, tiny_learner
+from tests.builders import (
+    grouped_trajectories,
+    random_advantages,
+    random_trajectories,
+    tiny_learner,
+)
 
 
 @pytest.fixture(scope="session")
@@ -282,3 +287,28 @@ def test_the_first_mini_batch_needs_no_pass_of_its_own_for_old_logprobs(model_di
     assert torch.equal(ratios[0], torch.ones_like(ratios[0]))
     assert math.isfinite(metrics["learner/entropy"]) and metrics["learner/entropy"] > 0.0
     assert math.isfinite(metrics["rollout/sampler_logprob_gap"])
+
+
+def test_a_prompt_shared_by_a_group_runs_once_and_changes_nothing(model_dir):
+    """learner.share_prefix: the same step with and without it gives the same loss, grad norm
+    and weights (up to rounding), while the forward passes see far fewer prompt tokens."""
+    trajs, adv = grouped_trajectories(4, 4, seed=7), random_advantages(16, seed=7)
+    tokens = {}
+    results = {}
+    for share in (False, True):
+        learner = tiny_learner(model_dir, share_prefix=share, mini_batches=1,
+                               micro_batch_size=16)
+        tokens[share] = 0
+
+        def count(module, args, kwargs, share=share):
+            tokens[share] += kwargs["input_ids"].numel()
+
+        learner.model.register_forward_pre_hook(count, with_kwargs=True)
+        results[share] = learner.step(trajs, adv), _weights(learner)
+    (plain, w_plain), (shared, w_shared) = results[False], results[True]
+    assert shared["learner/loss"] == pytest.approx(plain["learner/loss"], rel=1e-5, abs=1e-7)
+    assert shared["learner/grad_norm"] == pytest.approx(plain["learner/grad_norm"], rel=1e-5)
+    assert shared["learner/entropy"] == pytest.approx(plain["learner/entropy"], rel=1e-5)
+    for name in w_plain:
+        torch.testing.assert_close(w_shared[name], w_plain[name], rtol=1e-5, atol=1e-5)
+    assert tokens[True] < 0.5 * tokens[False]

@@ -320,3 +320,41 @@ def test_logprobs_from_a_position_match_the_full_computation(tok, padding):
             torch.testing.assert_close(part[:, p:], full[:, p:], rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(part_h[:, p:], full_h[:, p:], rtol=1e-5, atol=1e-5)
             assert not part[:, :p].any() and not part_h[:, :p].any()
+
+
+def test_a_shared_prefix_gives_the_plain_logprobs_and_gradients(tok):
+    """share_prefix: rows that open with the same ids run them once; log-probs, entropies
+    and gradients equal the plain pass's (to rounding). Left padding (a prefix with pads) and
+    rows that share nothing take the plain pass."""
+    model = build_tiny_model(tok, hidden_size=64, num_layers=2, num_heads=2)
+    gen = torch.Generator().manual_seed(1)
+    prompts = torch.randint(7, len(tok), (2, 12), generator=gen)
+    rows = [torch.cat([prompts[i % 2], torch.randint(7, len(tok), (6 - i % 3,),
+                                                     generator=gen)]) for i in range(6)]
+    ids = torch.zeros(6, 18, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)], mask[i, : len(row)] = row, 1
+
+    def run(share, ids=ids, mask=mask):
+        model.zero_grad()
+        lp, h = token_logprobs(model, ids, mask, with_entropy=True, from_position=12,
+                               share_prefix=share)
+        (lp.sum() + h.sum()).backward()
+        return lp.detach(), h.detach(), [p.grad.clone() for p in model.parameters()]
+
+    plain, shared = run(False), run(True)
+    torch.testing.assert_close(shared[0], plain[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(shared[1], plain[1], rtol=1e-5, atol=1e-5)
+    for a, b in zip(shared[2], plain[2], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    calls = []
+    hook = model.register_forward_pre_hook(lambda m, a, k: calls.append(k["input_ids"].shape),
+                                           with_kwargs=True)
+    run(True)
+    assert calls == [(2, 11), (6, 7)]  # 2 distinct prefixes, then each row's own columns
+    calls.clear()
+    left = torch.roll(mask, 1, dims=1)  # a pad at the start of every row
+    run(True, torch.roll(ids, 1, dims=1), left)
+    assert calls == [(6, 18)]
+    hook.remove()
