@@ -204,7 +204,7 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
         except UserError as err:
             raise ConfigError("env.agent", str(err)) from None
     _check_learner(cfg)
-    _check_warmstart(cfg)
+    _check_warmstart(cfg, check_paths)
     _check_eval(cfg, check_paths)
     if not cfg.run_name or "/" in cfg.run_name or cfg.run_name.startswith("."):
         raise ConfigError("run_name", f"must be a plain directory name, got {cfg.run_name!r}")
@@ -296,15 +296,22 @@ def _check_eval(cfg: Config, check_paths: bool) -> None:
             raise ConfigError(f"eval.positions.{i}", f"no positions file at {path}")
 
 
-def _check_warmstart(cfg: Config) -> None:
+def _check_warmstart(cfg: Config, check_paths: bool) -> None:
     ws = cfg.warmstart
     if ws.malformed_fraction + ws.illegal_fraction > 1:
         raise ConfigError("warmstart.illegal_fraction", "malformed + illegal fractions exceed 1")
     if ws.hidden_size % ws.num_heads:
         raise ConfigError("warmstart.num_heads", "must divide warmstart.hidden_size")
-    if ws.base:
+    if check_paths:
+        check_warmstart_base(cfg)
+
+
+def check_warmstart_base(cfg: Config) -> None:
+    """Raise ConfigError at `warmstart.base` when it is set and names no model here (checked
+    by `arl warmstart` itself, whose config is loaded with `check_paths=False`)."""
+    if cfg.warmstart.base:
         try:
-            model_file(ws.base)
+            model_file(cfg.warmstart.base)
         except (FileNotFoundError, ValueError) as err:
             raise ConfigError("warmstart.base", str(err)) from err
 

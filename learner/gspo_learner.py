@@ -43,7 +43,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -59,20 +58,9 @@ from learner.checkpoint import LearnerState
 from learner.collate import Batch, collate
 from learner.data_parallel import DataParallel
 from learner.lora import apply_lora
-from learner.model import compute_in, load_model, set_torch_threads, token_logprobs
+from learner.mini_batch import Forward, MiniResult, optimizer_step, token_means
+from learner.model import load_model, set_torch_threads
 from learner.optim import lr_factor
-
-
-@dataclass(frozen=True)
-class _MiniResult:
-    """One optimizer step's outcome."""
-
-    loss: float  # sum of the micro-batch losses = the mini-batch loss
-    grad_norm: float  # before clipping
-    applied: bool  # False: non-finite loss or grad norm, step skipped
-    outputs: list[gspo.LossOutput]
-    tokens: int  # non-pad tokens through forward + backward
-    lengths: list[torch.Tensor]  # [b] response lengths (mask tokens), one per output
 
 
 class GSPOLearner:
@@ -108,7 +96,7 @@ class GSPOLearner:
         on_gpu = self.device.type == "cuda"
         self.compute_dtype = resolve_dtype(
             cfg.dtype, on_gpu, on_gpu and torch.cuda.is_bf16_supported())
-        self.forward = _Forward(self.backend, self.device, cfg.micro_batch_size,
+        self.forward = Forward(self.backend, self.device, cfg.micro_batch_size,
                                 self.compute_dtype, cfg.share_prefix)
 
     @property
@@ -147,11 +135,13 @@ class GSPOLearner:
                     "learner/entropy": math.nan}
         self.backend.set_lr(lr)
         batch = collate(trajectories, advantages, self.pad_id)
-        self.forward.filler = batch.select(np.array([0]))  # see _Forward.fill
+        self.forward.filler = batch.select(np.array([0]))  # see Forward.fill
         minis = self._mini_batches(batch, temperature)
         results = []
         for i, (mini, size, norm) in enumerate(minis):
-            result, mini = self._optimizer_step(mini, size, norm, temperature)
+            result, mini, entropy = optimizer_step(self.forward, self.dp, self.cfg, self.loss_fn,
+                                                   mini, size, norm, temperature)
+            self._entropy_sum += entropy
             minis[i] = (mini, size, norm)  # the first one now carries its old_logprobs
             results.append(result)
         outputs, lengths = self.dp.gathered([o for r in results for o in r.outputs],
@@ -161,8 +151,8 @@ class GSPOLearner:
             self.counters["skipped_steps"] += not r.applied
             self.counters["skipped_in_row"] = 0 if r.applied else self.counters[
                 "skipped_in_row"] + 1
-        gap, entropy = _token_means([m for m, _, _ in minis if m is not None],
-                                    self._entropy_sum, self.dp)
+        gap, entropy = token_means([m for m, _, _ in minis if m is not None],
+                                   self._entropy_sum, self.dp)
         metrics = _metrics(results, outputs, lengths, lr, self.counters["skipped_in_row"], gap)
         return {**metrics, "learner/entropy": entropy}
 
@@ -201,50 +191,6 @@ class GSPOLearner:
             out.append((mini, len(rows), float(batch.weights[rows].sum())))
         return out
 
-    def _optimizer_step(self, mini: Batch | None, size: int, norm: float, temperature: float
-                        ) -> tuple[_MiniResult, Batch | None]:
-        """Accumulate the gradient of a mini-batch of `size` rows (normaliser `norm`) over
-        micro-batches; the backend sums it over ranks, clips, and steps unless non-finite.
-        Returns the result and the mini-batch, which carries old_logprobs: a mini-batch
-        without them (the first of a step) takes each micro-batch's own log-probs, detached,
-        and its entropy counts in the step's entropy metric."""
-        cfg, dev = self.cfg, self.device
-        loss, outputs, lengths, tokens = 0.0, [], [], 0
-        micros = mini.split(cfg.micro_batch_size) if mini is not None else []
-        own_old = mini is not None and mini.old_logprobs is None
-        olds = []
-        for micro in micros:
-            logprobs, entropy = self.forward.logprobs(
-                micro, temperature, cfg.entropy_coef > 0 or own_old)
-            if own_old:
-                old = logprobs.detach()
-                micro = micro.with_old_logprobs(old.cpu())
-                olds.append(old.cpu())
-                self._entropy_sum += float((entropy.detach().cpu() * micro.loss_mask).sum())
-                entropy = entropy if cfg.entropy_coef > 0 else None
-            out = self.loss_fn(
-                logprobs, micro.old_logprobs.to(dev), micro.advantages.to(dev),
-                micro.loss_mask.to(dev),
-                cfg.clip_low, cfg.clip_high, norm,  # global normaliser: the whole mini-batch
-            )
-            total = out.loss
-            if entropy is not None:  # the exploration bonus, with the same normaliser
-                total = total - cfg.entropy_coef * gspo.entropy_bonus(
-                    entropy, micro.loss_mask.to(dev), norm, micro.weights.to(dev))
-            self.backend.backward(total)
-            loss += total.item()
-            outputs.append(gspo.LossOutput(out.loss.detach().cpu(), out.ratio.cpu(),
-                                           out.clipped_low.cpu(), out.clipped_high.cpu()))
-            lengths.append(micro.loss_mask.sum(dim=-1))
-            tokens += micro.num_tokens
-        self.forward.fill(max(0, self.dp.passes(size) - len(micros)), temperature, backward=True)
-        loss, summed_tokens = self.dp.sum([loss, float(tokens)])
-        norm, applied = self.backend.step(math.isfinite(loss))
-        if own_old:
-            mini = mini.with_old_logprobs(_stack_columns(olds, mini.input_ids.shape))
-        result = _MiniResult(loss, norm, applied, outputs, int(summed_tokens), lengths)
-        return result, mini
-
     def export_weights(self) -> dict[str, np.ndarray]:
         """Full fp32 weights under HF names (learner/snapshot.py); {} on ranks other than 0."""
         return snapshot.export_weights(self.backend)
@@ -256,76 +202,6 @@ class GSPOLearner:
     def load_checkpoint_state(self, state: LearnerState) -> None:
         """Restore a `state_dict_for_checkpoint` snapshot (any backend or group size)."""
         self.counters = snapshot.load_state(self.backend, self.model, state)
-
-
-class _Forward:
-    """Forward passes of micro-batches under the current weights, on the learner's device
-    (batches stay on the CPU until here)."""
-
-    def __init__(self, backend, device: torch.device, micro_batch_size: int,
-                 compute_dtype: str = "float32", share_prefix: bool = False):
-        self.backend, self.device, self.micro_batch_size = backend, device, micro_batch_size
-        self.compute_dtype = compute_dtype  # of the matrix products (learner.dtype, resolved)
-        self.share_prefix = share_prefix  # one pass per distinct prompt (learner/model.py)
-        self.filler: Batch | None = None  # one row of the current batch (`fill`)
-
-    def logprobs(self, micro: Batch, temperature: float, with_entropy: bool = False
-                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """([b, t] float32 logprobs of a micro-batch's ids, [b, t] entropy or None)."""
-        with compute_in(self.backend.module, self.compute_dtype):
-            out = token_logprobs(self.backend.module, micro.input_ids.to(self.device),
-                                 micro.attention_mask.to(self.device), temperature,
-                                 with_entropy, from_position=micro.first_loss_column,
-                                 share_prefix=self.share_prefix)
-        return out if with_entropy else (out, None)
-
-    @torch.no_grad()
-    def old_logprobs(self, mini: Batch | None, temperature: float,
-                     passes: int) -> tuple[torch.Tensor | None, float]:
-        """([b, t] logprobs of a mini-batch, the sum of the sampled tokens' entropies): None
-        and 0 for a rank without rows, which only makes its `passes`. Computed micro-batch by
-        micro-batch exactly as the optimizer step will (same rows, same trimmed shapes), so
-        they match bit for bit."""
-        micros = mini.split(self.micro_batch_size) if mini is not None else []
-        out = torch.zeros(mini.input_ids.shape, dtype=torch.float32) if micros else None
-        start, entropy = 0, 0.0
-        for micro in micros:
-            logprobs, h = self.logprobs(micro, temperature, with_entropy=True)
-            out[start : start + micro.size, : logprobs.shape[1]] = logprobs.cpu()
-            entropy += float((h.cpu() * micro.loss_mask).sum())
-            start += micro.size
-        self.fill(max(0, passes - len(micros)), temperature, backward=False)
-        return out, entropy
-
-    def fill(self, passes: int, temperature: float, backward: bool) -> None:
-        """`passes` passes that change nothing, so that this rank makes as many as the others:
-        a forward over one row and, with `backward`, a zero loss through every parameter."""
-        for _ in range(passes):
-            logprobs, _ = self.logprobs(self.filler, temperature)
-            if backward:
-                self.backend.backward(logprobs.sum() * 0.0)
-
-
-def _stack_columns(pieces: list[torch.Tensor], shape: torch.Size) -> torch.Tensor:
-    """Micro-batches' [b_i, t_i] rows stacked into a zero-padded [B, T] tensor."""
-    out = torch.zeros(shape, dtype=torch.float32)
-    start = 0
-    for piece in pieces:
-        out[start : start + piece.shape[0], : piece.shape[1]] = piece
-        start += piece.shape[0]
-    return out
-
-
-def _token_means(minis: list[Batch], entropy_sum: float, dp: DataParallel
-                 ) -> tuple[float, float]:
-    """Means over the loss-mask tokens of the whole batch (0.0 if there are none) of
-    |sampler_logprobs - old_logprobs| and of the policy's entropy at the step's start
-    (`entropy_sum`: this rank's sum)."""
-    total = float(sum(((m.sampler_logprobs - m.old_logprobs).abs() * m.loss_mask).sum()
-                      for m in minis))
-    count = float(sum(m.loss_mask.sum() for m in minis))
-    total, entropy, count = dp.sum([total, entropy_sum, count])
-    return (total / count, entropy / count) if count > 0 else (0.0, 0.0)
 
 
 def _trainable_model(model_path: str, cfg: LearnerConfig, device: torch.device
@@ -348,7 +224,7 @@ def _trainable_model(model_path: str, cfg: LearnerConfig, device: torch.device
     return model, int(tokenizer.pad_token_id)
 
 
-def _metrics(results: list[_MiniResult], outputs: list[gspo.LossOutput],
+def _metrics(results: list[MiniResult], outputs: list[gspo.LossOutput],
              lengths: list[torch.Tensor], lr: float, skipped_in_row: int,
              gap: float) -> dict[str, float | Histogram]:
     applied = [r for r in results if r.applied]

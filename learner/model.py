@@ -144,7 +144,7 @@ def token_logprobs(
     input_ids = input_ids.long()
     attention_mask = attention_mask.long()
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    batch, length = input_ids.shape
+    length = input_ids.shape[1]
     first = min(max(int(from_position), 1), length)  # column 0 has no log-prob
     keep = length - first + 1 if first > 1 and takes_logits_to_keep(model) else 0
     shared = _shared_prefix_logits(model, input_ids, attention_mask, position_ids, keep) \
@@ -153,6 +153,14 @@ def token_logprobs(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
         use_cache=False, **({"logits_to_keep": keep} if keep else {}),
     ).logits  # [B, T or keep, V], model dtype
+    return _logprobs_of_logits(logits, input_ids, attention_mask, temperature, with_entropy)
+
+
+def _logprobs_of_logits(logits: torch.Tensor, input_ids: torch.Tensor,
+                        attention_mask: torch.Tensor, temperature: float, with_entropy: bool
+                        ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """`token_logprobs`' output from the logits [B, kept, V] of the last `kept` positions."""
+    batch, length = input_ids.shape
     kept = logits.shape[1]
     flat_logits = logits.reshape(-1, logits.shape[-1])  # a view: no copy of the logits
     # row (b, t) predicts ids[b, t + 1]; the wrapped-around last column is dropped below

@@ -15,7 +15,7 @@ import json
 import os
 import time
 
-from arl.config import Config, to_dict
+from arl.config import Config, check_warmstart_base, to_dict
 from arl.dtypes import resolve as resolve_dtype
 from arl.env_spec import resolve_env
 from arl.errors import UserError
@@ -62,7 +62,9 @@ def cached(cfg: Config) -> bool:
 
 
 def warmstart(cfg: Config, force: bool = False) -> dict[str, object]:
-    """Build, fine-tune, save and evaluate the tiny model; return the record it saves."""
+    """Build (or, with `warmstart.base`, load), fine-tune, save and evaluate the model; return
+    the record it saves. Raises ConfigError when `warmstart.base` names no model here."""
+    check_warmstart_base(cfg)
     ws, out = cfg.warmstart, output_dir(cfg)
     if cached(cfg) and not force:
         print(f"warm-start model cached at {out}")

@@ -40,5 +40,8 @@ def test_a_base_model_is_warmed_up_with_its_own_tokenizer_and_cached(tiny_model_
 
 
 def test_a_missing_base_is_a_config_error_naming_the_key(tmp_path):
+    cfg = _cfg(str(tmp_path / "nowhere"), tmp_path / "warm")  # loads: no paths checked
     with pytest.raises(ConfigError, match="warmstart.base"):
-        _cfg(str(tmp_path / "nowhere"), tmp_path / "warm")
+        warmstart(cfg)
+    with pytest.raises(ConfigError, match="warmstart.base"):
+        load_config([], [f"warmstart.base={tmp_path / 'nowhere'}"])
