@@ -70,7 +70,14 @@ def _download(repo_id: str) -> str:
 
 
 def _convert(source: str, out: str) -> None:
+    import importlib.util
+
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
+    if missing:  # transformers reads GGUF files through both
+        raise ModelUnavailable(f"{os.path.basename(source)}: converting a GGUF file needs "
+                               f"{' and '.join(missing)}: pip install -e '.[gguf]'")
 
     folder, name = os.path.dirname(source), os.path.basename(source)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
