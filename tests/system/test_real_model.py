@@ -45,12 +45,14 @@ def test_a_format_warm_up_of_smollm2_then_gspo_steps(tmp_path):
     from warmstart.build import warmstart
 
     out = tmp_path / "smollm2-warm"
+    # the shipped config keeps most transcripts malformed so that training starts low;
+    # here a mostly well-formed corpus shows that the format is learned at all
     ws = load_config([WARMSTART], [f"warmstart.output={out}", "warmstart.examples=96",
-                                   "warmstart.eval_episodes=16", "warmstart.lr=1e-4"],
-                     check_paths=False)
+                                   "warmstart.eval_episodes=16", "warmstart.lr=1e-4",
+                                   "warmstart.malformed_fraction=0.2"], check_paths=False)
     record = warmstart(ws)
     assert (out / "model.safetensors").is_file() and (out / "warmstart.json").is_file()
-    assert record["eval"]["parse_rate"] > 0.2
+    assert record["eval"]["parse_rate"] > 0.5  # the raw model: 0 of 20
     assert warmstart(ws) == record  # cached: a second call does nothing
     cfg = load_config([CONFIG], [
         f"model.path={out}", "steps=2", "rollout.groups_per_step=2", "rollout.group_size=4",
