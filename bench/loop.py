@@ -45,6 +45,7 @@ from arl.model_path import local_path
 from arl.steps import start_states
 from arl.types import SamplingParams
 from envs.registry import make_env
+from learner.collate import right_pad
 from learner.model import load_model, token_logprobs
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
@@ -105,7 +106,7 @@ def bare_learner(cfg: Config, sequences: list[list[int]], batch: int) -> float:
         for mini in np.array_split(np.arange(batch), cfg.learner.mini_batches):
             micros = [mini[i:i + cfg.learner.micro_batch_size]
                       for i in range(0, len(mini), cfg.learner.micro_batch_size)]
-            padded = [_pad([rows[i] for i in m]) for m in micros]
+            padded = [right_pad([rows[i] for i in m], 0) for m in micros]
             with torch.no_grad():
                 for ids, mask in padded:
                     token_logprobs(model, ids, mask)
@@ -116,15 +117,6 @@ def bare_learner(cfg: Config, sequences: list[list[int]], batch: int) -> float:
             optimizer.step()
         seconds += time.perf_counter() - t0
     return tokens / seconds
-
-
-def _pad(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    length = max(map(len, rows))
-    ids = torch.zeros(len(rows), length, dtype=torch.long)
-    mask = torch.zeros(len(rows), length, dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, :len(row)], mask[i, :len(row)] = torch.tensor(row), 1
-    return ids, mask
 
 
 def memcpy_bytes_per_s(nbytes: int) -> float:

@@ -43,6 +43,7 @@ from arl.episode import ChatRenderer
 from arl.model_path import local_path
 from arl.steps import start_states
 from envs.registry import make_env
+from learner.collate import right_pad
 from learner.gguf import prepare_model
 from learner.model import load_model, set_torch_threads, torch_dtype
 
@@ -83,7 +84,7 @@ def bare_generate(cfg: Config, dtype: str, steps: range
     tokens, seconds, sequences, prompt_lens = 0, 0.0, [], []
     for i, step in enumerate([steps[0], *steps]):  # the first call warms up
         prompts = step_prompts(cfg, step, renderer)
-        ids, mask = _pad(prompts, pad, left=True)
+        ids, mask = _left_pad(prompts, pad)
         torch.manual_seed(cfg.seed + step)
         t0 = time.perf_counter()
         with torch.inference_mode():
@@ -119,7 +120,7 @@ def bare_learner(cfg: Config, dtype: str, sequences: list[list[int]], prompt_len
             optimizer.zero_grad()
             for m in range(0, len(mini), lc.micro_batch_size):
                 micro = mini[m:m + lc.micro_batch_size]
-                ids, mask = _pad([sequences[i] for i in micro], tok.pad_token_id or 0)
+                ids, mask = right_pad([sequences[i] for i in micro], tok.pad_token_id or 0)
                 with autocast:
                     logits = model(input_ids=ids, attention_mask=mask).logits
                 logp = F.log_softmax(logits[:, :-1].float(), -1).gather(
@@ -134,14 +135,12 @@ def bare_learner(cfg: Config, dtype: str, sequences: list[list[int]], prompt_len
     return tokens / seconds
 
 
-def _pad(rows: list[list[int]], pad: int, left: bool = False
-         ) -> tuple[torch.Tensor, torch.Tensor]:
+def _left_pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, T] ids and attention mask, left-padded as `model.generate` wants its prompts."""
     length = max(map(len, rows))
-    ids = torch.full((len(rows), length), pad, dtype=torch.long)
-    mask = torch.zeros(len(rows), length, dtype=torch.long)
+    ids, mask = right_pad([[pad] * (length - len(r)) + r for r in rows], pad)
     for i, row in enumerate(rows):
-        span = slice(length - len(row), length) if left else slice(0, len(row))
-        ids[i, span], mask[i, span] = torch.tensor(row), 1
+        mask[i, : length - len(row)] = 0
     return ids, mask
 
 
