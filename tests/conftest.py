@@ -8,10 +8,37 @@ valid and invalid calls and rewards vary within groups (the learner then has wor
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
 from envs.registry import env_config
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.config.stash[_EXIT_STATUS] = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """End the test process as soon as pytest has reported, with pytest's own exit status.
+
+    Native threads that tests leave behind (Ray's core worker, torch's and gloo's pools) can
+    crash during interpreter finalization, after every result is in: a segfault there would
+    turn a passing run into a failing exit status. Ray is shut down first so that no local
+    cluster outlives the run.
+    """
+    status = config.stash.get(_EXIT_STATUS, None)
+    if status is None:
+        return
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        sys.modules["ray"].shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+_EXIT_STATUS = pytest.StashKey[int]()
 
 
 @pytest.fixture(autouse=True, scope="session")
