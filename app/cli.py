@@ -74,7 +74,8 @@ def _parser() -> argparse.ArgumentParser:
 def _eval_parser(sub: argparse._SubParsersAction) -> None:
     ev = sub.add_parser("eval", help="win/draw/loss/illegal rates, or accuracy on positions")
     ev.add_argument("--checkpoint", required=True,
-                    help="a run dir, its checkpoints/latest, checkpoints/step_<n>, or a model dir")
+                    help="a run dir, its checkpoints/latest, checkpoints/step_<n>, a model dir, "
+                    "or cache:<name> (a model arl built, e.g. cache:tiny-warmstart)")
     ev.add_argument("--env", default=None,
                     help="the env whose games are played (any env.name, with its default "
                     "keys); default: the checkpoint's run's env with its keys (the one-move "

@@ -24,7 +24,7 @@ from app.sinks import JsonlLogger, WandbLogger
 from arl.config import Config, to_dict
 from arl.errors import UserError
 from arl.metrics import Metrics
-from arl.model_path import arl_home
+from arl.model_path import CACHE_PREFIX, arl_home, local_path
 from arl.pointer import LATEST_FILE, read_latest
 from arl.types import EpisodeSummary
 from learner.checkpoint import MANIFEST_FILE, CheckpointError, verify_checkpoint
@@ -237,8 +237,14 @@ def latest_checkpoint(directory: str) -> str | None:
 
 def resolve_checkpoint(path: str) -> str:
     """The checkpoint (or model folder) `path` names: a checkpoint folder, a model folder,
-    a run directory or its `checkpoints/` (their newest checkpoint), or a `latest` pointer
-    file. Raises UserError saying what was found instead."""
+    a run directory or its `checkpoints/` (their newest checkpoint), a `latest` pointer
+    file, or a model arl built (`cache:<name>`, e.g. cache:tiny-warmstart). Raises UserError
+    saying what was found instead."""
+    if path.startswith(CACHE_PREFIX):
+        try:
+            path = local_path(path)
+        except ValueError as err:
+            raise UserError(str(err)) from None
     if os.path.isfile(path) and os.path.basename(path) == LATEST_FILE:
         pointed = read_latest(os.path.dirname(path) or ".")
         if pointed is None:

@@ -11,6 +11,7 @@ import pytest
 
 from app.cli import main
 from app.run import resolve_checkpoint
+from arl.errors import UserError
 from learner.checkpoint import MANIFEST_FILE, load_checkpoint, model_dir
 from tests.builders import learner_checkpoint
 
@@ -27,6 +28,17 @@ def test_checkpoint_found_from_run_dir_latest_and_step(run_dir):
     step = str(run_dir / "checkpoints" / "step_000001")
     for given in (run_dir, run_dir / "checkpoints", run_dir / "checkpoints" / "latest", step):
         assert resolve_checkpoint(str(given)) == step
+
+
+def test_a_cached_model_is_named_like_in_a_config(warm_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("ARL_HOME", str(tmp_path))
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "mine").symlink_to(warm_model_dir)
+    assert resolve_checkpoint("cache:mine") == str(tmp_path / "models" / "mine")
+    with pytest.raises(UserError, match="no checkpoint, run directory or model folder"):
+        resolve_checkpoint("cache:absent")
+    with pytest.raises(UserError, match="name a model inside the cache"):
+        resolve_checkpoint("cache:../mine")
 
 
 def test_checkpoint_is_self_contained(run_dir, tmp_path, monkeypatch, capsys):
