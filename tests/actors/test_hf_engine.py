@@ -118,6 +118,18 @@ def test_greedy_batch_equals_each_prompt_alone(model_dir, fp32):
         assert gen.token_ids.tolist() == _ids(engine.generate([prompt], _greedy(12)))[0]
 
 
+def test_eager_attention_decodes_as_sdpa_does(model_dir, fp32):
+    assert fp32.model.config._attn_implementation == "eager"  # the faster one on CPU
+    sdpa = HFEngine(model_dir, dtype="float32")
+    sdpa.model.set_attn_implementation("sdpa")
+    prompts = _prompts(6, seed=5)
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=12, seed=7)
+    eager_out, sdpa_out = fp32.generate(prompts, params), sdpa.generate(prompts, params)
+    assert _ids(eager_out) == _ids(sdpa_out)
+    for a, b in zip(eager_out, sdpa_out, strict=True):
+        np.testing.assert_allclose(a.sampler_logprobs, b.sampler_logprobs, atol=1e-4)
+
+
 def test_chunking_by_max_batch_size_keeps_order(model_dir, fp32):
     prompts = _prompts(7, seed=3)
     small = HFEngine(model_dir, dtype="float32", max_batch_size=3)
