@@ -10,12 +10,17 @@ this process with the same thread count, the bare pieces on the same work:
   bare learner   plain torch on batches of the same shape: for each mini-batch, a no-grad
                  forward (the old log-probs), then forward + backward per micro-batch and an
                  AdamW step: forward+backward tokens/s (the learner's own unit)
+  same learner   arl's own `GSPOLearner` in this process, without Ray, on the same
+                 sequences (one step of groups_per_step x group_size rows each): its
+                 `perf/train_tokens` per second
   memcpy         one copy of the exported weights' bytes
 and prints
   gen_ratio       in-loop generated tokens/s over the bare engine's
   learner_ratio   in-loop learner tokens/s over the bare learner's
-  overhead_share  the share of a step that bare generation and bare training of the step's
-                  tokens do not explain (Ray, serialization, weight sync, env, padding, other)
+  learner_ratio_same_code  in-loop learner tokens/s over the same learner's in this process
+  overhead_share  the share of a step that the bare engine's generation and the same
+                  learner's training of the step's tokens, in this process, do not explain
+                  (Ray, serialization, weight sync, env, other)
   sync_bw_ratio   weight-sync bandwidth (exported bytes / timing/weight_sync) over memcpy's
   flop_limit_ratio  the step's time over the time its nominal FLOPs take at this CPU's best
                   bf16 matrix-product rate (bench/flop_limit.py; `_fp32` at the fp32 rate)
@@ -43,7 +48,7 @@ from arl.config import Config, load_config
 from arl.episode import ChatRenderer
 from arl.model_path import local_path
 from arl.steps import start_states
-from arl.types import SamplingParams
+from arl.types import SamplingParams, Trajectory
 from envs.registry import make_env
 from learner.collate import right_pad
 from learner.model import load_model, token_logprobs
@@ -119,6 +124,39 @@ def bare_learner(cfg: Config, sequences: list[list[int]], batch: int) -> float:
     return tokens / seconds
 
 
+def same_learner(cfg: Config, sequences: list[list[int]], prompt_lens: list[int],
+                 batch: int) -> float:
+    """`perf/train_tokens` per second of arl's GSPOLearner run in this process (no Ray) on
+    `sequences`, `batch` rows a step, G rows a group, seeded advantages."""
+    from learner.gspo_learner import GSPOLearner
+
+    torch.set_num_threads(cfg.learner.cpus)
+    learner = GSPOLearner(cfg.model.path, cfg.learner, cfg.model.dtype, cfg.steps, cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    size = cfg.rollout.group_size
+    steps = []
+    for start in range(0, len(sequences) - batch + 1, batch):
+        rows = []
+        for i in range(start, start + batch):
+            ids, n = np.array(sequences[i], dtype=np.int32), prompt_lens[i]
+            mask = (np.arange(len(ids)) >= n).astype(np.int8)
+            rows.append(Trajectory(
+                token_ids=ids, loss_mask=mask,
+                sampler_logprobs=np.where(mask == 1, -1.0, 0.0).astype(np.float32),
+                reward=0.0, group_id=(i - start) // size, policy_version=0, num_turns=1,
+                num_tool_calls=1, num_invalid_calls=0, episode_id=i - start))
+        steps.append(rows)
+    learner.step(steps[0], rng.normal(size=batch).astype(np.float32))  # warm-up
+    tokens, seconds = 0.0, 0.0
+    for rows in steps:
+        advantages = rng.normal(size=batch).astype(np.float32)
+        t0 = time.perf_counter()
+        metrics = learner.step(rows, advantages, cfg.rollout.temperature)
+        seconds += time.perf_counter() - t0
+        tokens += metrics["perf/train_tokens"]
+    return tokens / seconds
+
+
 def memcpy_bytes_per_s(nbytes: int) -> float:
     src, dst = np.ones(nbytes // 4, dtype=np.float32), np.empty(nbytes // 4, dtype=np.float32)
     np.copyto(dst, src)
@@ -175,15 +213,16 @@ def one_repeat() -> dict[str, float]:
         cfg, rows = loop_run(out)
     mean = lambda key: float(np.mean([r[key] for r in rows]))  # noqa: E731
     measured = range(WARMUP, STEPS)
-    gen_rate, sequences, _ = bare_engine(cfg, measured)
+    gen_rate, sequences, prompt_lens = bare_engine(cfg, measured)
     batch = cfg.rollout.groups_per_step * cfg.rollout.group_size
     learner_rate = bare_learner(cfg, sequences, batch)
+    same_rate = same_learner(cfg, sequences, prompt_lens, batch)
     model, _ = load_model(cfg.model.path, "float32")
     weight_bytes = sum(t.numel() * 4 for t in model.state_dict().values())
     loop_gen = mean("perf/rollout_tokens_per_s")
     loop_learner = mean("perf/train_tokens_per_s")
     explained = (mean("perf/rollout_tokens_per_s") * mean("timing/generate") / gen_rate
-                 + mean("perf/train_tokens_per_s") * mean("timing/train") / learner_rate)
+                 + mean("perf/train_tokens_per_s") * mean("timing/train") / same_rate)
     # The step's nominal work at this CPU's best matrix-product rate (bench/flop_limit.py):
     # every round of dynamic sampling serves one more batch of prompts and completions.
     parameters, hidden, intermediate = model_shape(cfg.model.path)
@@ -195,6 +234,7 @@ def one_repeat() -> dict[str, float]:
     result = {
         "gen_ratio": loop_gen / gen_rate,
         "learner_ratio": loop_learner / learner_rate,
+        "learner_ratio_same_code": loop_learner / same_rate,
         "overhead_share": 1.0 - explained / mean("timing/step"),
         "sync_bw_ratio": weight_bytes / mean("timing/weight_sync") / memcpy_bytes_per_s(
             weight_bytes),
@@ -208,6 +248,7 @@ def one_repeat() -> dict[str, float]:
              for k in ("generate", "train", "weight_sync", "other", "step")}
     print(f"loop: {loop_gen:.0f} gen tok/s, {loop_learner:.0f} learner tok/s, step parts "
           f"{parts}; bare: {gen_rate:.0f} gen tok/s, {learner_rate:.0f} learner tok/s; "
+          f"same learner in-process: {same_rate:.0f} tok/s; "
           f"{weight_bytes / 2**20:.1f} MiB of weights")
     floor = sync_floor_ms(cfg)
     print(f"weight sync {1000 * mean('timing/weight_sync'):.1f} ms; measured alone: "
@@ -219,7 +260,8 @@ def one_repeat() -> dict[str, float]:
 def main() -> None:
     results = [one_repeat() for _ in range(REPEATS)]
     print(json.dumps({k: round(statistics.median(r[k] for r in results), 4)
-                      for k in ("gen_ratio", "learner_ratio", "overhead_share", "sync_bw_ratio",
+                      for k in ("gen_ratio", "learner_ratio", "learner_ratio_same_code",
+                                "overhead_share", "sync_bw_ratio",
                                 "flop_limit_ratio", "flop_limit_ratio_fp32", "ray_call_ms",
                                 "ray_weights_ms", "engine_load_ms")}))
 
