@@ -3,8 +3,9 @@
 Usage: python bench/loop.py [STEPS] [REPEATS]   (default 20 steps, 3 repeats; needs
 `arl warmstart` first)
 
-Each repeat runs STEPS sync steps of the demo config on an embedded Ray cluster, then, in
-this process with the same thread count, the bare pieces on the same work:
+Each repeat runs STEPS sync steps of the demo config on an embedded Ray cluster (its policy
+held at the warm start, see `loop_run`), then, in this process with the same thread count,
+the bare pieces on the same work:
   bare engine    `HFEngine.generate` on the same start states' prompts, the same sampling
                  settings, one call per step: generated tokens/s
   bare learner   plain torch on batches of the same shape: for each mini-batch, a no-grad
@@ -60,8 +61,12 @@ CONFIG = "configs/tictactoe_move.yaml"
 
 
 def loop_run(out: str) -> tuple[Config, list[dict]]:
+    # lr 1e-12: every step does the learner's whole work, but the policy stays the warm start
+    # that the bare engine loads, so both sample the same kind of completions (a trained
+    # policy's shorter, surer replies would make tokens/s incomparable).
     cfg = load_config([CONFIG], [f"steps={STEPS}", f"output_dir={out}", "wandb.mode=disabled",
-                                 "ray.address=local", "learner.checkpoint_every=0"])
+                                 "ray.address=local", "learner.checkpoint_every=0",
+                                 "learner.lr=1e-12"])
     train(cfg, use_ray=True)
     # the bare pieces load the same folder (a cache:<name> path names one in $ARL_HOME)
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(
@@ -72,8 +77,9 @@ def loop_run(out: str) -> tuple[Config, list[dict]]:
 
 def step_prompts(cfg: Config, step: int, renderer: ChatRenderer) -> list[list[int]]:
     states = start_states(cfg, step)
-    return [renderer.prompt_ids(make_env(cfg.env).reset(seed))
-            for seed in states.env_seeds for _ in range(cfg.rollout.group_size)]
+    # each episode's own env, as the rollout worker makes it (a group's variants may differ)
+    return [renderer.prompt_ids(make_env(cfg.env, variant=i).reset(seed))
+            for seed in states.env_seeds for i in range(cfg.rollout.group_size)]
 
 
 def bare_engine(cfg: Config, steps: range) -> tuple[float, list[list[int]], list[int]]:

@@ -68,8 +68,9 @@ def in_loop(config: str, dtype: str, steps: int) -> tuple[Config, dict[str, floa
 
 def step_prompts(cfg: Config, step: int, renderer: ChatRenderer) -> list[list[int]]:
     states = start_states(cfg, step)
-    return [renderer.prompt_ids(make_env(cfg.env).reset(seed))
-            for seed in states.env_seeds for _ in range(cfg.rollout.group_size)]
+    # each episode's own env, as the rollout worker makes it (a group's variants may differ)
+    return [renderer.prompt_ids(make_env(cfg.env, variant=i).reset(seed))
+            for seed in states.env_seeds for i in range(cfg.rollout.group_size)]
 
 
 def bare_generate(cfg: Config, dtype: str, steps: range
