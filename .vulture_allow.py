@@ -21,6 +21,8 @@ _.padding_side
 _.generation_config
 pytestmark  # pytest's module marker
 one_thread  # a pytest fixture
+pytest_sessionfinish  # a pytest hook (tests/conftest.py)
+pytest_unconfigure  # a pytest hook (tests/conftest.py)
 _one_thread_per_process  # an autouse fixture
 _local_ray  # an autouse fixture (tests/actors/test_model_files.py)
 make_agent  # named by env.opponent_agent in tests/envs/test_textarena.py
