@@ -42,15 +42,14 @@ import time
 import numpy as np
 import torch
 from flop_limit import matmul_peak, model_shape, step_flops
+from model_speed import step_prompts
 
 from actors.engines.hf import HFEngine
 from app.train import train
 from arl.config import Config, load_config
 from arl.episode import ChatRenderer
 from arl.model_path import local_path
-from arl.steps import start_states
 from arl.types import SamplingParams, Trajectory
-from envs.registry import make_env
 from learner.collate import right_pad
 from learner.model import load_model, token_logprobs
 
@@ -73,13 +72,6 @@ def loop_run(out: str) -> tuple[Config, list[dict]]:
         cfg.model, path=local_path(cfg.model.path)))
     with open(f"{out}/{cfg.run_name}/metrics.jsonl", encoding="utf-8") as f:
         return cfg, [json.loads(line) for line in f][WARMUP:]
-
-
-def step_prompts(cfg: Config, step: int, renderer: ChatRenderer) -> list[list[int]]:
-    states = start_states(cfg, step)
-    # each episode's own env, as the rollout worker makes it (a group's variants may differ)
-    return [renderer.prompt_ids(make_env(cfg.env, variant=i).reset(seed))
-            for seed in states.env_seeds for i in range(cfg.rollout.group_size)]
 
 
 def bare_engine(cfg: Config, steps: range) -> tuple[float, list[list[int]], list[int]]:

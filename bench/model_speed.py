@@ -37,6 +37,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from actors.engines.hf import left_pad
 from app.train import train
 from arl.config import Config, load_config
 from arl.episode import ChatRenderer
@@ -85,7 +86,7 @@ def bare_generate(cfg: Config, dtype: str, steps: range
     tokens, seconds, sequences, prompt_lens = 0, 0.0, [], []
     for i, step in enumerate([steps[0], *steps]):  # the first call warms up
         prompts = step_prompts(cfg, step, renderer)
-        ids, mask = _left_pad(prompts, pad)
+        ids, mask = left_pad(prompts, pad)
         torch.manual_seed(cfg.seed + step)
         t0 = time.perf_counter()
         with torch.inference_mode():
@@ -134,15 +135,6 @@ def bare_learner(cfg: Config, dtype: str, sequences: list[list[int]], prompt_len
             optimizer.step()
         seconds += time.perf_counter() - t0
     return tokens / seconds
-
-
-def _left_pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """[B, T] ids and attention mask, left-padded as `model.generate` wants its prompts."""
-    length = max(map(len, rows))
-    ids, mask = right_pad([[pad] * (length - len(r)) + r for r in rows], pad)
-    for i, row in enumerate(rows):
-        mask[i, : length - len(row)] = 0
-    return ids, mask
 
 
 def _to_stop(row: list[int], stop: int) -> list[int]:

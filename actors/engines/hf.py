@@ -153,7 +153,7 @@ def _decode(engine: HFEngine, prompts: list[list[int]], params: SamplingParams,
     batch_size, max_new = len(prompts), params.max_new_tokens
     distinct: dict[tuple[int, ...], int] = {}
     rows_of = torch.tensor([distinct.setdefault(tuple(p), len(distinct)) for p in prompts])
-    input_ids, attention_mask = _left_pad([list(p) for p in distinct], engine.pad_token_id)
+    input_ids, attention_mask = left_pad([list(p) for p in distinct], engine.pad_token_id)
     positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache(config=engine.model.config)
     logits = _forward(engine, input_ids, attention_mask, positions, cache)
@@ -223,7 +223,7 @@ def _check_params(params: SamplingParams) -> None:
         raise ValueError(f"max_new_tokens must be >= 1, got {params.max_new_tokens}")
 
 
-def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """[b, L] ids and attention mask (1 = real token), prompts aligned to the right."""
     width = max(len(p) for p in prompts)
     ids = np.full((len(prompts), width), pad_id, dtype=np.int64)
