@@ -51,6 +51,12 @@ class _Episode:
     outcome: Outcome | None = None
     failure: str | None = None
     turn_log: list[Turn] = field(default_factory=list)
+    row_starts: list[int] = field(default_factory=list)
+    closed: list[Message] = field(default_factory=list)  # the conversations restarted from
+
+    def context(self) -> list[int]:
+        """The ids the next turn is sampled after: the current training row's."""
+        return self.ids[self.row_starts[-1]:] if self.row_starts else self.ids
 
     def append(self, ids: Sequence[int], sampled: bool, logprobs: Sequence[float] = ()) -> None:
         """Append ids; the mask and logprobs are written here and nowhere else."""
@@ -186,7 +192,7 @@ def run_episodes(
         turn_params = SamplingParams(
             params.temperature, params.top_p, params.max_new_tokens, params.seed + turn
         )
-        generations = engine.generate([ep.ids for ep in live], turn_params)
+        generations = engine.generate([ep.context() for ep in live], turn_params)
         for ep, gen in zip(live, generations, strict=True):
             _advance(ep, gen.token_ids, gen.sampler_logprobs, gen.finished, renderer,
                      turn + 1 >= max_turns)
@@ -244,6 +250,12 @@ def _advance(
         ep.outcome = result.outcome
     ep.done = result.terminated or result.truncated or last_turn
     history = [*ep.messages, Message("assistant", text)]
+    if not ep.done and result.restart is not None:  # a new conversation: a new training row
+        ep.closed += [*history, *result.messages]
+        ep.row_starts.append(len(ep.ids))
+        ep.append(renderer.prompt_ids(result.restart), sampled=False)
+        ep.start, ep.messages = result.restart, list(result.restart.messages)
+        return
     if not ep.done:
         if not finished:  # close the cut-off turn so the template's next turn lines up
             ep.append([renderer.stop_id], sampled=False)
@@ -264,7 +276,8 @@ def _finish(ep: _Episode, version: int) -> Trajectory:
         num_invalid_calls=ep.invalid_calls,
         outcome=ep.outcome,
         failure=ep.failure,
-        messages=tuple(ep.messages),
+        messages=(*ep.closed, *ep.messages),
+        row_starts=tuple(ep.row_starts),
         turns=tuple(ep.turn_log),
     )
 

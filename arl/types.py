@@ -131,7 +131,10 @@ class EnvStep:
     how the episode ended, on the step that ends it (None on the others). `turn_state`
     optionally names the state the turn was played in (e.g. the position and who is to
     move): turns of different episodes with the same name share a baseline under
-    `learner.advantage: turn`.
+    `learner.advantage: turn`. `restart`, on a step the episode goes on from, asks the next
+    turn in a new conversation that opens with it instead of one extended by `messages`
+    (e.g. a game that shows each turn the current board alone): the trajectory's next
+    training row begins there (`Trajectory.row_starts`).
     """
 
     messages: tuple[Message, ...]
@@ -140,6 +143,7 @@ class EnvStep:
     truncated: bool
     outcome: Outcome | None = None
     turn_state: str | None = None
+    restart: EnvReset | None = None
 
 
 @dataclass(frozen=True)
@@ -165,9 +169,11 @@ class Trajectory:
     messages          the conversation as messages (the env's last reply included), for
                       transcripts; rollout workers drop it before trajectories travel
     row_starts        where in token_ids a new training row begins: an agent episode whose
-                      conversation stopped extending its recorded prefix (arl/agent.py) is
-                      several rows back to back; () for one row. The learner trains each
-                      row as a sequence of its own with weight 1/rows (learner/collate.py)
+                      conversation stopped extending its recorded prefix (arl/agent.py), or
+                      an env's episode whose steps restart the conversation
+                      (EnvStep.restart), is several rows back to back; () for one row. The
+                      learner trains each row as a sequence of its own with weight 1/rows
+                      (learner/collate.py)
     metrics           per-episode counts and an agent's own metrics, by metric name
     """
 

@@ -33,8 +33,10 @@ class MoveTaskConfig(EnvConfig):
                        "(the full game's conversation that led to it, so that the policy "
                        "also plays full games) or mixed (every other start state)",
                        choices=("board", "game", "mixed"))
-    min_marks: int = opt(2, "fewest marks on a start board (0-7); 0 and 1 reach the first "
+    min_marks: int = opt(2, "fewest marks on a start board (0-max_marks); 0 and 1 reach the first "
                          "moves of a full game", check="non_negative")
+    max_marks: int = opt(7, "most marks on a start board (min_marks-8); 8 reaches the last "
+                         "move of a full game", check="non_negative")
 
 
 @dataclass
@@ -57,6 +59,10 @@ class FullGameConfig(EnvConfig):
     epsilon_decay_steps: int = opt(0, "steps of the epsilon curriculum", check="non_negative")
     opponent_epsilon: float = opt(0.3, "eps_minimax: the chance of a random move",
                                   check="fraction")
+    context: str = opt("game", "what each turn is asked in: game (the conversation so far, "
+                       "extended by the env's replies) or board (a new conversation on the "
+                       "current board alone, as the one-move task asks it; each turn its "
+                       "own training row)", choices=("game", "board"))
     opponent_refresh_every: int = opt(10, "opponent=policy: steps between refreshes of the "
                                       "frozen snapshot of the policy that plays the opponent",
                                       check="positive")

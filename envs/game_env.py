@@ -101,6 +101,15 @@ def position_prompt(spec: GameSpec, cfg: FullGameConfig, board: Board, player: s
                     tools=(spec.tool,))
 
 
+def board_prompt(spec: GameSpec, cfg: FullGameConfig, board: Board, player: str) -> EnvReset:
+    """A turn asked on the board alone (`env.context: board`): for tic-tac-toe exactly the
+    one-move task's prompt, so that a policy trained on that task plays whole games."""
+    system = f"You play {spec.title} as {player}. Reply with one {spec.tool.name} tool call."
+    user = f"{spec.render(board, cfg.board_format)}\nYou are {player}. Your move."
+    return EnvReset(messages=(Message("system", system), Message("user", user)),
+                    tools=(spec.tool,))
+
+
 class GameEnv:
     """A full game against an opponent; implements `arl.protocols.Env`.
 
@@ -111,7 +120,9 @@ class GameEnv:
     (`turn_state`: board and mark), for turn-level advantages. An invalid turn is
     a ToolCallError, a call that `read_move` refuses, or an illegal move. With
     invalid_action="end" it ends the game; with "retry" the agent may retry that turn
-    `max_retries` times, and the next invalid turn ends the game.
+    `max_retries` times, and the next invalid turn ends the game. With cfg.context="board"
+    every turn after a move is asked in a new conversation on the current board alone
+    (`board_prompt`, via EnvStep.restart); with "game" the replies extend one conversation.
 
     The final step's `Outcome`: kind and result win | draw | loss | invalid, and the agent's
     moves as its actions.
@@ -139,6 +150,8 @@ class GameEnv:
         opening = ""
         if self.agent == "O":
             opening = f"Opponent played {self.spec.arg} {self._opponent_move()}.\n"
+        if self._cfg.context == "board":
+            return board_prompt(self.spec, self._cfg, self.board, self.agent)
         return position_prompt(self.spec, self._cfg, self.board, self.agent, opening)
 
     def step(self, turn: ParsedTurn) -> EnvStep:
@@ -184,7 +197,10 @@ class GameEnv:
         if not spec.legal_moves(self.board):
             return self._finish(text, "draw", self._cfg.reward_draw)
         reply = f"{text}\n{self._render()}\nYour move."
-        return EnvStep((Message("tool", reply),), 0.0, False, False)
+        restart = None
+        if self._cfg.context == "board":
+            restart = board_prompt(self.spec, self._cfg, self.board, self.agent)
+        return EnvStep((Message("tool", reply),), 0.0, False, False, restart=restart)
 
     def _render(self) -> str:
         return self.spec.render(self.board, self._cfg.board_format)

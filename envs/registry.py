@@ -17,12 +17,12 @@ from arl.types import ToolCall
 from envs.config import ConnectFourConfig, FullGameConfig, MoveTaskConfig, TicTacToeConfig
 from envs.connect_four import SPEC as CONNECT_FOUR_RULES
 from envs.connect_four import make_connect_four
-from envs.game_env import GameSpec, position_prompt
+from envs.game_env import GameSpec, board_prompt, position_prompt
 from envs.opponents import PolicyOpponent, opponent_schedule, parse_opponent
 from envs.tictactoe import SPEC as TICTACTOE_RULES
 from envs.tictactoe import make_tictactoe
-from envs.tictactoe_move import MAX_OPENING_MOVES, TicTacToeMoveEnv, position_env
 from envs.tictactoe_move import OUTCOMES as MOVE_OUTCOMES
+from envs.tictactoe_move import TicTacToeMoveEnv, position_env
 
 GAME_OUTCOMES = ("win", "draw", "loss", "invalid")
 GAME_RULES = {"tictactoe": TICTACTOE_RULES, "connect_four": CONNECT_FOUR_RULES}
@@ -80,7 +80,8 @@ def board_policy(rules: GameSpec, env: FullGameConfig, choose) -> PolicyOpponent
     def move(board, player, rng) -> int:
         legal = rules.legal_moves(board)
         calls = [ToolCall(rules.tool.name, {rules.arg: m}) for m in legal]
-        return legal[choose(position_prompt(rules, env, board, player), calls, rng)]
+        ask = board_prompt if env.context == "board" else position_prompt
+        return legal[choose(ask(rules, env, board, player), calls, rng)]
     return PolicyOpponent(move, rules.legal_moves)
 
 
@@ -93,16 +94,25 @@ def _game_against(name: str):
     return eval_game
 
 
+LAST_MOVE_MARKS = 8  # the most marks a board with a move left can have
+
+
 def _check_move_task(env: MoveTaskConfig, cfg: Config) -> None:
-    if env.min_marks > MAX_OPENING_MOVES:
-        raise ConfigError("env.min_marks", f"{env.min_marks}: must be at most "
-                          f"{MAX_OPENING_MOVES} (a board with more marks may be over)")
+    if env.max_marks > LAST_MOVE_MARKS:
+        raise ConfigError("env.max_marks", f"{env.max_marks}: must be at most "
+                          f"{LAST_MOVE_MARKS} (a board with more marks is full)")
+    if env.min_marks > env.max_marks:
+        raise ConfigError("env.min_marks", f"{env.min_marks}: must be at most env.max_marks "
+                          f"({env.max_marks})")
 
 
 def _move_task_game(env: MoveTaskConfig, opponent: str, seat: str) -> tuple[str, FullGameConfig]:
-    """The one-move task is evaluated in full tic-tac-toe games with its board format."""
+    """The one-move task is evaluated in full tic-tac-toe games with its board format, each
+    turn asked as the task asks it: on the board alone (context board), else in the game's
+    conversation."""
     game = TicTacToeConfig(name="tictactoe", board_format=env.board_format,
-                           reward_invalid=env.reward_invalid, reward_win=env.reward_win)
+                           reward_invalid=env.reward_invalid, reward_win=env.reward_win,
+                           context="board" if env.context == "board" else "game")
     return _game_against("tictactoe")(game, opponent, seat)
 
 

@@ -7,7 +7,8 @@ of `envs/tictactoe_positions.py` come from those, so they are boards training ne
 The agent is whoever is to move, so it plays X on even k and O on odd k. Boards start with at
 least `cfg.min_marks` marks (2 by default: on the empty or one-mark board nearly every move is
 minimax-best and no move is illegal, so those positions say little about the policy; 0 adds
-them for a policy that must also open full games).
+them for a policy that must also open full games) and at most `cfg.max_marks` (7 by default;
+8 adds the last move of a full game, one free square).
 
 Context (`cfg.context`): `board` asks for the move on the board alone; `game` inside the
 conversation of the full tictactoe game (envs.game_env) in which the k moves were played, the
@@ -30,8 +31,8 @@ from arl.tools import format_tool_call, parse_tool_call
 from arl.types import EnvReset, EnvStep, Message, Outcome, ParsedTurn, ToolCall, ToolCallError
 from envs import tictactoe_rules as rules
 from envs.config import MoveTaskConfig, TicTacToeConfig
-from envs.game_env import read_move, turn_state
-from envs.tictactoe import CHOOSE_SQUARE, make_tictactoe
+from envs.game_env import board_prompt, read_move, turn_state
+from envs.tictactoe import CHOOSE_SQUARE, SPEC, make_tictactoe
 
 OUTCOMES = ("invalid_call", "illegal_move", "legal", "best", "win")
 RESULTS = {"invalid_call": "invalid", "illegal_move": "invalid", "win": "win"}  # else None
@@ -39,17 +40,19 @@ MIN_OPENING_MOVES = 2
 MAX_OPENING_MOVES = 7
 
 
-def opening_board(seed: int, min_marks: int = MIN_OPENING_MOVES) -> rules.Board:
+def opening_board(seed: int, min_marks: int = MIN_OPENING_MOVES,
+                  max_marks: int = MAX_OPENING_MOVES) -> rules.Board:
     """The episode's board for `seed` (see the module docstring for the distribution)."""
-    return replay(opening_moves(seed, min_marks))
+    return replay(opening_moves(seed, min_marks, max_marks))
 
 
-def opening_moves(seed: int, min_marks: int = MIN_OPENING_MOVES) -> tuple[int, ...]:
-    """The squares played, X first, to reach `opening_board(seed, min_marks)`."""
+def opening_moves(seed: int, min_marks: int = MIN_OPENING_MOVES,
+                  max_marks: int = MAX_OPENING_MOVES) -> tuple[int, ...]:
+    """The squares played, X first, to reach `opening_board(seed, min_marks, max_marks)`."""
     rng = random.Random(seed)
     while True:
         board, moves = rules.EMPTY_BOARD, []
-        for _ in range(rng.randint(min_marks, MAX_OPENING_MOVES)):
+        for _ in range(rng.randint(min_marks, max_marks)):
             if rules.is_terminal(board):
                 break
             moves.append(rng.choice(rules.legal_moves(board)))
@@ -135,7 +138,7 @@ class TicTacToeMoveEnv:
         self.agent = "X"
 
     def reset(self, seed: int) -> EnvReset:
-        moves = opening_moves(seed, self._cfg.min_marks)
+        moves = opening_moves(seed, self._cfg.min_marks, self._cfg.max_marks)
         if self._symmetry is not None:  # shown[j] = board[perm[j]]: square i + 1 moves to j
             where = {i: j for j, i in enumerate(self._symmetry)}
             moves = tuple(where[m - 1] + 1 for m in moves)
@@ -149,16 +152,7 @@ class TicTacToeMoveEnv:
         self.board = board
         self.agent = agent or rules.to_move(board)
         self._done = False
-        system = (
-            f"You play tic-tac-toe as {self.agent}. "
-            f"Reply with one {CHOOSE_SQUARE.name} tool call."
-        )
-        board = rules.render(self.board, self._cfg.board_format)
-        user = f"{board}\nYou are {self.agent}. Your move."
-        return EnvReset(
-            messages=(Message("system", system), Message("user", user)),
-            tools=(CHOOSE_SQUARE,),
-        )
+        return board_prompt(SPEC, self._cfg, self.board, self.agent)
 
     def step(self, turn: ParsedTurn) -> EnvStep:
         if self._done is None:
