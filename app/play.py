@@ -85,7 +85,7 @@ def play(checkpoint: str, you: str = "X", dtype: str = "auto",
     engine = load_policy(path, dtype)
     tokenizer = engine.get_tokenizer()
     renderer = ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
-    env = make_tictactoe(TicTacToeConfig(name="tictactoe"), opponent=HumanOpponent(read, write))
+    env = make_tictactoe(_game_config(path), opponent=HumanOpponent(read, write))
     agent = rules.other(you)
     seed = next(s for s in range(100) if random.Random(s).choice(("X", "O")) == agent)
     write(f"you play {you} against the policy of {path}; squares are numbered 1-9, row by "
@@ -95,6 +95,18 @@ def play(checkpoint: str, you: str = "X", dtype: str = "auto",
     except Quit:
         write("\nbye\n")
     return 0
+
+
+def _game_config(path: str) -> TicTacToeConfig:
+    """The game as the checkpoint's run asked its moves: the board format, and each turn on
+    the board alone where the run trained so (a one-move run in context board, or full
+    games in context board); otherwise in one conversation."""
+    from actors.evaluate import trained_env
+
+    trained = trained_env(path) or {}
+    board_only = trained.get("context") == "board"
+    return TicTacToeConfig(name="tictactoe", board_format=trained.get("board_format", "lists"),
+                           context="board" if board_only else "game")
 
 
 def _game(engine, renderer: ChatRenderer, env, seed: int, write: Callable[[str], None]) -> None:
@@ -117,6 +129,10 @@ def _game(engine, renderer: ChatRenderer, env, seed: int, write: Callable[[str],
         if step.terminated or step.truncated:
             write(f"\n{rules.render(env.board)}\n{OUTCOME_WORDS[step.outcome.kind]}\n")
             return
+        if step.restart is not None:  # the next turn is asked in a new conversation
+            start = step.restart
+            ids, messages = renderer.prompt_ids(start), list(start.messages)
+            continue
         history = [*messages, Message("assistant", text)]
         ids = ids + gen.token_ids.tolist() + renderer.reply_ids(history, step.messages,
                                                                 start.tools)

@@ -32,3 +32,27 @@ def test_quitting_mid_game(warm_model_dir):
     out = subprocess.run([sys.executable, "-m", "app.cli", "play", warm_model_dir, "--you", "X"],
                          cwd=ROOT, input="q\n", capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "bye" in out.stdout
+
+
+def test_a_game_asked_one_board_at_a_time_restarts_the_conversation(warm_model_dir):
+    # A real engine whose replies are scripted (the lowest free square), so the game goes on.
+    from actors.engines.hf import HFEngine
+    from app.play import HumanOpponent, _game
+    from arl.episode import ChatRenderer
+    from envs.config import TicTacToeConfig
+    from envs.tictactoe import make_tictactoe
+    from tests.builders import ScriptedEngine
+
+    engine = HFEngine(warm_model_dir, dtype="float32")
+    tok = engine.get_tokenizer()
+    scripted, asked = ScriptedEngine(tok, lambda board, agent: board.index(".") + 1), []
+    engine.generate = lambda prompts, params: asked.extend(prompts) or scripted.generate(
+        prompts, params)
+    person = iter(f"{sq}\n" for sq in range(1, 10))
+    shown: list[str] = []
+    env = make_tictactoe(TicTacToeConfig(name="tictactoe", context="board", seat="X"),
+                         opponent=HumanOpponent(lambda _: next(person), shown.append))
+    _game(engine, ChatRenderer(tok, stop_token=tok.eos_token), env, 0, shown.append)
+    assert len(asked) >= 3 and "".join(shown).count("agent plays square") == len(asked)
+    # each turn a new conversation on the board alone, never the game's replies so far
+    assert not any("Opponent played" in tok.decode(p) for p in asked)
