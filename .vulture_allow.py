@@ -27,3 +27,4 @@ _one_thread_per_process  # an autouse fixture
 _local_ray  # an autouse fixture (tests/actors/test_model_files.py)
 make_agent  # named by env.opponent_agent in tests/envs/test_textarena.py
 mixed  # named by env.agent in tests/system/test_agent_train.py
+on_step_begin  # transformers' TrainerCallback hook (bench/trl_compare.py)

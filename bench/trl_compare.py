@@ -99,7 +99,7 @@ def trl_steps(cfg: Config, steps: int, warmup: int, dtype: str) -> list[float]:
     marks: list[float] = []
 
     class Clock(TrainerCallback):
-        def on_step_begin(self, args, state, control, **kwargs):
+        def on_step_begin(self, args, state, *_, **__):  # TrainerCallback's hook
             if state.global_step % per_gen == 0:
                 marks.append(time.perf_counter())
 
