@@ -59,6 +59,11 @@ class FullGameConfig(EnvConfig):
     epsilon_decay_steps: int = opt(0, "steps of the epsilon curriculum", check="non_negative")
     opponent_epsilon: float = opt(0.3, "eps_minimax: the chance of a random move",
                                   check="fraction")
+    opponent_stream: str = opt("group", "the opponent's random choices: group (the G games "
+                               "of a group meet one stream, so alike play meets alike "
+                               "replies) or episode (a stream per game, so a group's games "
+                               "differ where the policy plays alike)",
+                               choices=("group", "episode"))
     context: str = opt("game", "what each turn is asked in: game (the conversation so far, "
                        "extended by the env's replies) or board (a new conversation on the "
                        "current board alone, as the one-move task asks it; each turn its "

@@ -35,6 +35,8 @@ SPEC = GameSpec(
 )
 
 
-def make_connect_four(cfg: ConnectFourConfig, opponent: Opponent | None = None) -> GameEnv:
-    """A connect-four env; `opponent` overrides the one `cfg.opponent` names."""
-    return GameEnv(SPEC, opponent_for(cfg, "connect_four", opponent), cfg)
+def make_connect_four(cfg: ConnectFourConfig, opponent: Opponent | None = None,
+                     variant: int = 0) -> GameEnv:
+    """A connect-four env; `opponent` overrides the one `cfg.opponent` names; `variant` is the
+    episode's index in its group (see GameEnv)."""
+    return GameEnv(SPEC, opponent_for(cfg, "connect_four", opponent), cfg, variant)

@@ -123,15 +123,20 @@ class GameEnv:
     `max_retries` times, and the next invalid turn ends the game. With cfg.context="board"
     every turn after a move is asked in a new conversation on the current board alone
     (`board_prompt`, via EnvStep.restart); with "game" the replies extend one conversation.
+    The seed draws the agent's seat and the opponent's random choices; with
+    cfg.opponent_stream="episode" the choices come from the seed and `variant` (the episode's
+    index in its group), so the G games of a group differ even where the policy plays alike.
 
     The final step's `Outcome`: kind and result win | draw | loss | invalid, and the agent's
     moves as its actions.
     """
 
-    def __init__(self, spec: GameSpec, opponent: Opponent, cfg: FullGameConfig):
+    def __init__(self, spec: GameSpec, opponent: Opponent, cfg: FullGameConfig,
+                 variant: int = 0):
         self.spec = spec
         self._opponent = opponent
         self._cfg = cfg
+        self._variant = variant
         self._done: bool | None = None  # None: never reset
         self.board: Board = spec.initial
         self.agent = "X"
@@ -140,6 +145,8 @@ class GameEnv:
         self._rng = random.Random(seed)
         drawn = self._rng.choice(("X", "O"))  # drawn even for a fixed seat: the same stream
         self.agent = drawn if self._cfg.seat == "random" else self._cfg.seat
+        if self._cfg.opponent_stream == "episode":  # the seat stays the group's
+            self._rng = random.Random(f"{seed}:{self._variant}")
         start = getattr(self._opponent, "reset", None)  # a pool draws this game's opponent
         if start is not None:
             start(self._rng)

@@ -138,7 +138,8 @@ TICTACTOE_MOVE = EnvSpec(
 def _full_game(name: str, make, config: type, max_turns: int, check, **hooks) -> EnvSpec:
     """The spec of one of arl's full games: its opponents (self-play included), the epsilon
     curriculum and evaluation games come with every one."""
-    return EnvSpec(name=name, factory=lambda cfg, ctx: make(cfg, ctx.opponent), config=config,
+    return EnvSpec(name=name, factory=lambda cfg, ctx: make(cfg, ctx.opponent, ctx.variant),
+                   config=config,
                    outcomes=GAME_OUTCOMES, max_turns=max_turns, check=check,
                    self_play=_self_play(name), schedule=opponent_schedule,
                    eval_game=_game_against(name), **hooks)

@@ -34,6 +34,8 @@ SPEC = GameSpec(
 )
 
 
-def make_tictactoe(cfg: TicTacToeConfig, opponent: Opponent | None = None) -> GameEnv:
-    """A tic-tac-toe env; `opponent` overrides the one `cfg.opponent` names."""
-    return GameEnv(SPEC, opponent_for(cfg, "tictactoe", opponent), cfg)
+def make_tictactoe(cfg: TicTacToeConfig, opponent: Opponent | None = None,
+                  variant: int = 0) -> GameEnv:
+    """A tic-tac-toe env; `opponent` overrides the one `cfg.opponent` names; `variant` is the
+    episode's index in its group (see GameEnv)."""
+    return GameEnv(SPEC, opponent_for(cfg, "tictactoe", opponent), cfg, variant)

@@ -116,3 +116,21 @@ def test_max_marks_reaches_the_last_move_and_the_default_keeps_seven():
 def test_mark_bounds_outside_the_game_fail_naming_the_key(overrides, key):
     with pytest.raises(ConfigError, match=key):
         load_config([], ["env.name=tictactoe_move", *overrides], check_paths=False)
+
+
+def _final_board(cfg, variant: int, seed: int = 3):
+    """The board a game ends on when the agent always plays its lowest free square."""
+    env = make_env(cfg, variant=variant)
+    env.reset(seed)
+    while not env.step(_call(rules.legal_moves(env.board)[0])).terminated:
+        pass
+    return env.agent, env.board
+
+
+def test_a_groups_games_share_the_opponents_stream_unless_each_has_its_own():
+    shared = env_config("tictactoe", opponent="random")
+    own = env_config("tictactoe", opponent="random", opponent_stream="episode")
+    assert len({_final_board(shared, v) for v in range(8)}) == 1
+    games = {_final_board(own, v) for v in range(8)}
+    assert len(games) > 1 and len({agent for agent, _ in games}) == 1  # one seat a group
+    assert _final_board(own, 5) == _final_board(own, 5)  # reproducible
