@@ -103,7 +103,7 @@ def _game_config(path: str) -> TicTacToeConfig:
     games in context board); otherwise in one conversation."""
     from actors.evaluate import trained_env
 
-    trained = trained_env(path) or {}
+    trained = trained_env(path)
     board_only = trained.get("context") == "board"
     return TicTacToeConfig(name="tictactoe", board_format=trained.get("board_format", "lists"),
                            context="board" if board_only else "game")

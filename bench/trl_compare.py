@@ -107,7 +107,7 @@ def trl_steps(cfg: Config, steps: int, warmup: int, dtype: str) -> list[float]:
         args = GRPOConfig(
             output_dir=out, use_cpu=True, bf16=dtype == "bfloat16", report_to=[],
             save_strategy="no", logging_steps=10**6, disable_tqdm=True, seed=cfg.seed,
-            gradient_checkpointing=False,  # TRL's default; arl keeps activations
+            gradient_checkpointing=False,  # on by default in TRL; arl keeps activations
             learning_rate=cfg.learner.lr, lr_scheduler_type="constant", warmup_steps=0,
             weight_decay=0.0, max_grad_norm=cfg.learner.grad_clip,
             num_generations=cfg.rollout.group_size,

@@ -21,7 +21,7 @@ from arl.types import (
     ToolCallErrorKind,
     ToolSchema,
 )
-from envs.config import FullGameConfig
+from envs.config import FullGameConfig, MoveTaskConfig
 from envs.opponents import Opponent
 
 Board = tuple[str, ...]
@@ -101,9 +101,11 @@ def position_prompt(spec: GameSpec, cfg: FullGameConfig, board: Board, player: s
                     tools=(spec.tool,))
 
 
-def board_prompt(spec: GameSpec, cfg: FullGameConfig, board: Board, player: str) -> EnvReset:
-    """A turn asked on the board alone (`env.context: board`): for tic-tac-toe exactly the
-    one-move task's prompt, so that a policy trained on that task plays whole games."""
+def board_prompt(spec: GameSpec, cfg: FullGameConfig | MoveTaskConfig, board: Board,
+                 player: str) -> EnvReset:
+    """A turn asked on the board alone (`env.context: board`; only `cfg.board_format` is
+    read): for tic-tac-toe the one-move task's own prompt, so that a policy trained on that
+    task plays whole games."""
     system = f"You play {spec.title} as {player}. Reply with one {spec.tool.name} tool call."
     user = f"{spec.render(board, cfg.board_format)}\nYou are {player}. Your move."
     return EnvReset(messages=(Message("system", system), Message("user", user)),

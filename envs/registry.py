@@ -21,8 +21,8 @@ from envs.game_env import GameSpec, board_prompt, position_prompt
 from envs.opponents import PolicyOpponent, opponent_schedule, parse_opponent
 from envs.tictactoe import SPEC as TICTACTOE_RULES
 from envs.tictactoe import make_tictactoe
+from envs.tictactoe_move import LAST_MOVE_MARKS, TicTacToeMoveEnv, position_env
 from envs.tictactoe_move import OUTCOMES as MOVE_OUTCOMES
-from envs.tictactoe_move import TicTacToeMoveEnv, position_env
 
 GAME_OUTCOMES = ("win", "draw", "loss", "invalid")
 GAME_RULES = {"tictactoe": TICTACTOE_RULES, "connect_four": CONNECT_FOUR_RULES}
@@ -92,9 +92,6 @@ def _game_against(name: str):
         return name, dataclasses.replace(env, name=name, opponent=choice.name,
                                          opponent_epsilon=choice.epsilon, seat=seat)
     return eval_game
-
-
-LAST_MOVE_MARKS = 8  # the most marks a board with a move left can have
 
 
 def _check_move_task(env: MoveTaskConfig, cfg: Config) -> None:

@@ -38,6 +38,7 @@ OUTCOMES = ("invalid_call", "illegal_move", "legal", "best", "win")
 RESULTS = {"invalid_call": "invalid", "illegal_move": "invalid", "win": "win"}  # else None
 MIN_OPENING_MOVES = 2
 MAX_OPENING_MOVES = 7
+LAST_MOVE_MARKS = 8  # the most marks a board with a move left can have (env.max_marks)
 
 
 def opening_board(seed: int, min_marks: int = MIN_OPENING_MOVES,
