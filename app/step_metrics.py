@@ -11,6 +11,7 @@ import numpy as np
 
 from actors.rollout_pool import RolloutBatch
 from arl.config import Config
+from arl.credit import shared_turn_share
 from arl.env_spec import resolve_env
 from arl.metrics import Metrics, rollout_metrics
 
@@ -38,6 +39,7 @@ def step_metrics(cfg: Config, done: StepDone, t_end: float, actor_restarts: int)
     failed = np.array([s.failure is not None for s in first]).reshape(-1, size).any(axis=1)
     return {
         **rollout_metrics(first, size, resolve_env(cfg.env.name).outcomes),
+        **_credit_metrics(cfg, done),
         "rollout/masked_groups": float(failed.sum()),
         "rollout/trained_groups": float(done.keep.sum() / size),
         "rollout/resample_rounds": float(done.resample_rounds),
@@ -46,6 +48,16 @@ def step_metrics(cfg: Config, done: StepDone, t_end: float, actor_restarts: int)
         **_async_metrics(done),
         **_timing(done.times, t_end, done.batch.sampled_tokens, done.learner_metrics),
     }
+
+
+def _credit_metrics(cfg: Config, done: StepDone) -> dict[str, float]:
+    """advantage=turn: the share of the batch's turns that share their state with another
+    turn of their step-level scope (the rest get only the episode advantage)."""
+    if cfg.learner.advantage != "turn":
+        return {}
+    states = [[t.state for t in s.turns] for s in done.batch.summaries]
+    return {"rollout/shared_state_turns": shared_turn_share(
+        states, cfg.rollout.group_size, cfg.learner.step_group_scope)}
 
 
 def _async_metrics(done: StepDone) -> dict[str, float]:

@@ -231,7 +231,8 @@ def _advantages(cfg: Config, summaries: list[EpisodeSummary]) -> tuple[np.ndarra
     if lr.advantage == "turn":
         per_turn = turn_advantages([[t.reward for t in s.turns] for s in summaries],
                                    [[t.state for t in s.turns] for s in summaries], size,
-                                   lr.step_advantage_weight, lr.advantage_eps, lr.turn_discount)
+                                   lr.step_advantage_weight, lr.advantage_eps, lr.turn_discount,
+                                   lr.step_group_scope)
         out = np.empty(len(per_turn), dtype=object)
         for i, adv in enumerate(per_turn):
             out[i] = adv * 0.0 if not keep[i // size] else adv

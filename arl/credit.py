@@ -4,17 +4,22 @@ Episode-level GSPO gives every token of an episode one advantage, so in a five-m
 move that lost it and the four good ones are pushed alike. With per-turn rewards from the env
 (EnvStep.reward on every turn) and GiGPO's step-level groups (Feng et al., arXiv 2505.10978):
 
+    G_i    = sum_t r_i,t                                      the episode's return
     R_i,t  = sum_{t' >= t} gamma^(t' - t) r_i,t'              the return from turn t on
-    A^E_i  = (R_i,0 - mean_group R_0) / (std_group R_0 + eps)  episode advantage (as today)
-    A^S_i,t = (R_i,t - mean_S R) / (std_S R + eps)             S: the turns of the episode's
-                                                              group played in the same state
+    A^E_i  = (G_i - mean_group G) / (std_group G + eps)        episode advantage (as today)
+    A^S_i,t = (R_i,t - mean_S R) / (std_S R + eps)             S: the turns played in the
+                                                              same state, in the episode's
+                                                              group (scope "group", GiGPO's)
+                                                              or anywhere in the batch
+                                                              (scope "batch")
     A_i,t  = A^E_i + w * A^S_i,t
 
-Turns played in the same state (EnvStep.turn_state: the board and the mark to move) by
-different episodes of one group share a baseline: their returns differ only by what was
-played from there. A state seen once in its group, or one whose returns are all equal,
-contributes A^S = 0. Every token of turn t carries A_i,t (the learner's gspo_token or grpo
-loss takes per-token advantages).
+Turns played in the same state (EnvStep.turn_state: the board and the mark to move) share a
+baseline: their returns differ only by what was played from there. A state seen once in its
+scope, or one whose returns are all equal, contributes A^S = 0. With gamma = 0 the step
+term compares only the turns' own rewards (an env that scores each move: a bandit per
+state); with gamma = 1 it compares everything that followed. Every token of turn t carries
+A_i,t (the learner's gspo_token or grpo loss takes per-token advantages).
 
 Pure numpy, no torch: the driver computes these from episode summaries.
 """
@@ -44,30 +49,51 @@ def _normalised(values: np.ndarray, eps: float) -> np.ndarray:
     return (values - values.mean()) / (values.std() + eps)
 
 
+SCOPES = ("group", "batch")
+
+
 def turn_advantages(turn_rewards: Sequence[Sequence[float]],
                     turn_states: Sequence[Sequence[str | None]], group_size: int,
-                    step_weight: float, eps: float, gamma: float = 1.0) -> list[np.ndarray]:
+                    step_weight: float, eps: float, gamma: float = 1.0,
+                    scope: str = "group") -> list[np.ndarray]:
     """A_i,t (module docstring) for every episode i of a batch whose groups are consecutive,
     `group_size` episodes each; one float32 array of turn advantages per episode. A turn
     without a state name (None) gets only the episode advantage."""
     if len(turn_rewards) % group_size or len(turn_states) != len(turn_rewards):
         raise ValueError("episodes must come in whole groups, with a state list each")
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {SCOPES}, not {scope!r}")
     returns = [returns_to_go(r, gamma) for r in turn_rewards]
-    out: list[np.ndarray] = []
-    for g in range(0, len(returns), group_size):
-        members = range(g, g + group_size)
-        episode = _normalised(np.array([returns[i][0] if len(returns[i]) else 0.0
-                                        for i in members]), eps)
+    totals = np.array([float(np.sum(r)) for r in turn_rewards])
+    episode = np.concatenate([_normalised(totals[g:g + group_size], eps)
+                              for g in range(0, len(totals), group_size)])
+    span = group_size if scope == "group" else len(returns)
+    step = [np.zeros(len(r)) for r in returns]
+    for g in range(0, len(returns), span):
         same_state: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        for i in members:
+        for i in range(g, g + span):
             for t, state in enumerate(turn_states[i]):
                 if state is not None:
                     same_state[state].append((i, t))
-        step = {i: np.zeros(len(returns[i])) for i in members}
         for turns in same_state.values():
             values = _normalised(np.array([returns[i][t] for i, t in turns]), eps)
             for (i, t), v in zip(turns, values, strict=True):
                 step[i][t] = v
-        for k, i in enumerate(members):
-            out.append((episode[k] + step_weight * step[i]).astype(np.float32))
-    return out
+    return [(episode[i] + step_weight * step[i]).astype(np.float32) for i in range(len(step))]
+
+
+def shared_turn_share(turn_states: Sequence[Sequence[str | None]], group_size: int,
+                      scope: str) -> float:
+    """The share of named turns whose state another turn of their scope was played in too:
+    the turns that the step-level term can teach something."""
+    span = group_size if scope == "group" else max(len(turn_states), 1)
+    shared = named = 0
+    for g in range(0, len(turn_states), span):
+        counts: dict[str, int] = defaultdict(int)
+        for states in turn_states[g:g + span]:
+            for state in states:
+                if state is not None:
+                    counts[state] += 1
+        named += sum(counts.values())
+        shared += sum(c for c in counts.values() if c > 1)
+    return shared / named if named else 0.0

@@ -168,8 +168,11 @@ class LearnerConfig:
                          " needs loss gspo_token or grpo)", choices=("episode", "turn"))
     step_advantage_weight: float = opt(1.0, "advantage=turn: weight of the step-level term",
                                        check="non_negative")
-    turn_discount: float = opt(1.0, "advantage=turn: gamma of the returns-to-go",
-                               check="fraction")
+    turn_discount: float = opt(1.0, "advantage=turn: gamma of the returns-to-go; 0 compares "
+                               "only the turns' own rewards", check="fraction")
+    step_group_scope: str = opt("group", "advantage=turn: turns in the same state share a "
+                                "baseline within their group (GiGPO) or across the batch",
+                                choices=("group", "batch"))
     share_prefix: bool = opt(True, "run a prompt that rows of a micro-batch share (the G "
                              "samples of a start state) once, and order each mini-batch's rows "
                              "by group so that they do; exact up to rounding")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from arl.credit import returns_to_go, turn_advantages
+from arl.credit import returns_to_go, shared_turn_share, turn_advantages
 
 
 def test_returns_to_go_by_hand():
@@ -48,3 +48,37 @@ def test_unnamed_turns_get_the_episode_advantage_and_groups_stay_apart():
     assert adv[2].tolist() == [-2.0, -2.0] and adv[3].tolist() == [2.0, 2.0]
     with pytest.raises(ValueError):
         turn_advantages(rewards[:3], states[:3], 2, 1.0, 0.0)
+
+
+def test_batch_scope_shares_a_baseline_across_groups():
+    # Two groups of 2. State "s" is played once in each group: alone in its group it
+    # teaches nothing; across the batch its two turns (returns 0 and 1) share a baseline.
+    rewards = [(0.0,), (0.0,), (1.0,), (1.0,)]
+    states = [("s",), ("u",), ("s",), ("v",)]
+    by_group = turn_advantages(rewards, states, 2, step_weight=1.0, eps=0.0)
+    assert [a.tolist() for a in by_group] == [[0.0], [0.0], [0.0], [0.0]]
+    by_batch = turn_advantages(rewards, states, 2, step_weight=1.0, eps=0.0, scope="batch")
+    assert [a.tolist() for a in by_batch] == [[-1.0], [0.0], [1.0], [0.0]]
+    with pytest.raises(ValueError):
+        turn_advantages(rewards, states, 2, 1.0, 0.0, scope="world")
+
+
+def test_no_discount_compares_the_turns_own_rewards_and_the_episode_term_sums():
+    # Both games open in "a" with a good move (+0.1) vs a blunder (-0.2); then both reach "b"
+    # and game 1 wins (+1) where game 0 draws (0). gamma = 0: the step term in "a" sees only
+    # +0.1 vs -0.2, not the win that followed; the episode term still sums every reward.
+    rewards = [(0.1, 0.0), (-0.2, 1.0)]
+    states = [("a", "b"), ("a", "b")]
+    adv = turn_advantages(rewards, states, 2, step_weight=1.0, eps=0.0, gamma=0.0)
+    # totals 0.1 vs 0.8: episode advantages -1, +1; step "a": +1, -1; step "b": -1, +1
+    assert adv[0].tolist() == pytest.approx([0.0, -2.0])
+    assert adv[1].tolist() == pytest.approx([0.0, 2.0])
+
+
+def test_shared_turn_share_counts_turns_whose_state_recurs_in_scope():
+    states = [("a", "b"), ("a",), ("b", None), ("c",)]
+    # by group (size 2): group 0 has a, b, a -> 2 of 3 shared; group 1 has b, c -> none
+    assert shared_turn_share(states, 2, "group") == pytest.approx(2 / 5)
+    # across the batch: a twice, b twice, c once -> 4 of 5
+    assert shared_turn_share(states, 2, "batch") == pytest.approx(4 / 5)
+    assert shared_turn_share([], 2, "batch") == 0.0
