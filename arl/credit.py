@@ -6,7 +6,7 @@ move that lost it and the four good ones are pushed alike. With per-turn rewards
 
     G_i    = sum_t r_i,t                                      the episode's return
     R_i,t  = sum_{t' >= t} gamma^(t' - t) r_i,t'              the return from turn t on
-    A^E_i  = (G_i - mean_group G) / (std_group G + eps)        episode advantage (as today)
+    A^E_i  = (G_i - mean_group G) / (std_group G + eps)        the episode's advantage
     A^S_i,t = (R_i,t - mean_S R) / (std_S R + eps)             S: the turns played in the
                                                               same state, in the episode's
                                                               group (scope "group", GiGPO's)
@@ -52,6 +52,24 @@ def _normalised(values: np.ndarray, eps: float) -> np.ndarray:
 SCOPES = ("group", "batch")
 
 
+def _same_state_turns(turn_states: Sequence[Sequence[str | None]], group_size: int,
+                      scope: str) -> list[list[tuple[int, int]]]:
+    """The (episode, turn) indices of the turns played in each state, per scope: each group
+    of `group_size` consecutive episodes, or the whole batch. Unnamed turns are left out."""
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {SCOPES}, not {scope!r}")
+    span = group_size if scope == "group" else max(len(turn_states), 1)
+    out: list[list[tuple[int, int]]] = []
+    for g in range(0, len(turn_states), span):
+        same_state: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for i in range(g, min(g + span, len(turn_states))):
+            for t, state in enumerate(turn_states[i]):
+                if state is not None:
+                    same_state[state].append((i, t))
+        out.extend(same_state.values())
+    return out
+
+
 def turn_advantages(turn_rewards: Sequence[Sequence[float]],
                     turn_states: Sequence[Sequence[str | None]], group_size: int,
                     step_weight: float, eps: float, gamma: float = 1.0,
@@ -61,39 +79,23 @@ def turn_advantages(turn_rewards: Sequence[Sequence[float]],
     without a state name (None) gets only the episode advantage."""
     if len(turn_rewards) % group_size or len(turn_states) != len(turn_rewards):
         raise ValueError("episodes must come in whole groups, with a state list each")
-    if scope not in SCOPES:
-        raise ValueError(f"scope must be one of {SCOPES}, not {scope!r}")
     returns = [returns_to_go(r, gamma) for r in turn_rewards]
     totals = np.array([float(np.sum(r)) for r in turn_rewards])
-    episode = np.concatenate([_normalised(totals[g:g + group_size], eps)
-                              for g in range(0, len(totals), group_size)])
-    span = group_size if scope == "group" else len(returns)
+    episode = [_normalised(totals[g:g + group_size], eps)
+               for g in range(0, len(totals), group_size)]
     step = [np.zeros(len(r)) for r in returns]
-    for g in range(0, len(returns), span):
-        same_state: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        for i in range(g, g + span):
-            for t, state in enumerate(turn_states[i]):
-                if state is not None:
-                    same_state[state].append((i, t))
-        for turns in same_state.values():
-            values = _normalised(np.array([returns[i][t] for i, t in turns]), eps)
-            for (i, t), v in zip(turns, values, strict=True):
-                step[i][t] = v
-    return [(episode[i] + step_weight * step[i]).astype(np.float32) for i in range(len(step))]
+    for turns in _same_state_turns(turn_states, group_size, scope):
+        values = _normalised(np.array([returns[i][t] for i, t in turns]), eps)
+        for (i, t), v in zip(turns, values, strict=True):
+            step[i][t] = v
+    return [(episode[i // group_size][i % group_size] + step_weight * step[i]).astype(np.float32)
+            for i in range(len(step))]
 
 
 def shared_turn_share(turn_states: Sequence[Sequence[str | None]], group_size: int,
                       scope: str) -> float:
     """The share of named turns whose state another turn of their scope was played in too:
     the turns that the step-level term can teach something."""
-    span = group_size if scope == "group" else max(len(turn_states), 1)
-    shared = named = 0
-    for g in range(0, len(turn_states), span):
-        counts: dict[str, int] = defaultdict(int)
-        for states in turn_states[g:g + span]:
-            for state in states:
-                if state is not None:
-                    counts[state] += 1
-        named += sum(counts.values())
-        shared += sum(c for c in counts.values() if c > 1)
-    return shared / named if named else 0.0
+    sizes = [len(turns) for turns in _same_state_turns(turn_states, group_size, scope)]
+    named = sum(sizes)
+    return sum(n for n in sizes if n > 1) / named if named else 0.0

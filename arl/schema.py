@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from arl.credit import SCOPES as STEP_GROUP_SCOPES
 from arl.dtypes import DTYPES
 
 
@@ -172,7 +173,7 @@ class LearnerConfig:
                                "only the turns' own rewards", check="fraction")
     step_group_scope: str = opt("group", "advantage=turn: turns in the same state share a "
                                 "baseline within their group (GiGPO) or across the batch",
-                                choices=("group", "batch"))
+                                choices=STEP_GROUP_SCOPES)
     share_prefix: bool = opt(True, "run a prompt that rows of a micro-batch share (the G "
                              "samples of a start state) once, and order each mini-batch's rows "
                              "by group so that they do; exact up to rounding")
