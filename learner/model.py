@@ -199,7 +199,7 @@ def _shared_prefix_logits(model: torch.nn.Module, input_ids: torch.Tensor,
     limit = input_ids.shape[1] - keep  # the prefix may end before the first kept position
     if limit < 1 or not bool(attention_mask[:, :limit].all()):
         return None
-    split = _prefix_split(input_ids[:, :limit], input_ids.shape[1])
+    split = prefix_split(input_ids[:, :limit], input_ids.shape[1])
     if split is None:
         return None
     cut, rows_of = split
@@ -221,7 +221,7 @@ def _shared_prefix_logits(model: torch.nn.Module, input_ids: torch.Tensor,
 _SHARE_WORTH = 0.8  # share only if it runs at most this share of the plain pass's tokens
 
 
-def _prefix_split(prefix_ids: torch.Tensor, length: int) -> tuple[int, torch.Tensor] | None:
+def prefix_split(prefix_ids: torch.Tensor, length: int) -> tuple[int, torch.Tensor] | None:
     """(cut, rows_of [B]): the cut column c among 1..P of [B, P] `prefix_ids` that minimises
     the tokens two passes run, U(c) * c + B * (length - c), where U(c) is the number of
     distinct rows of ids[:, :c] and rows_of maps rows to them; None if the best is not below

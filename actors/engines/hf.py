@@ -24,13 +24,14 @@ from typing import Any
 import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers.cache_utils import DynamicLayer
 from transformers.utils import logging as hf_logging
 
 from actors.engines.stops import default_stop_ids
 from actors.engines.weights import as_tensor, check_state, complete_tied, tied_groups
 from arl.dtypes import resolve as resolve_dtype
 from arl.types import Generation, SamplingParams
-from learner.model import torch_dtype
+from learner.model import prefix_split, torch_dtype
 
 MAX_BATCH_SIZE = 64  # sequences decoded at once by default: what bounds the KV cache
 
@@ -143,24 +144,14 @@ class HFEngine:
 
 def _decode(engine: HFEngine, prompts: list[list[int]], params: SamplingParams,
             generator: torch.Generator) -> list[Generation]:
-    """Prefill the left-padded batch once, then decode one token per step with the cache.
+    """Prefill the batch once (`_prefill`), then decode one token per step with the cache.
 
-    Identical prompts (the G samples of a group open alike) are prefilled once: the cache
-    rows and last logits of each distinct prompt are copied to every row that has it. Rows
-    that hit a stop id leave the batch (their cache rows are dropped), so late steps only
+    Rows that hit a stop id leave the batch (their cache rows are dropped), so late steps only
     pay for the rows still running.
     """
     batch_size, max_new = len(prompts), params.max_new_tokens
-    distinct: dict[tuple[int, ...], int] = {}
-    rows_of = torch.tensor([distinct.setdefault(tuple(p), len(distinct)) for p in prompts])
-    input_ids, attention_mask = left_pad([list(p) for p in distinct], engine.pad_token_id)
-    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache(config=engine.model.config)
-    logits = _forward(engine, input_ids, attention_mask, positions, cache)
-    if len(distinct) < batch_size:  # one prefill per distinct prompt, copied to its rows
-        cache.reorder_cache(rows_of)
-        logits, attention_mask, positions = (logits[rows_of], attention_mask[rows_of],
-                                             positions[rows_of])
+    logits, attention_mask, positions = _prefill(engine, prompts, cache)
     tokens = torch.zeros(batch_size, max_new, dtype=torch.long)
     logprobs = torch.zeros(batch_size, max_new, dtype=torch.float32)
     lengths = torch.full((batch_size,), max_new, dtype=torch.long)
@@ -187,6 +178,57 @@ def _decode(engine: HFEngine, prompts: list[list[int]], params: SamplingParams,
         logits = _forward(engine, token[:, None], attention_mask, next_pos, cache)
         next_pos = next_pos + 1
     return _to_generations(tokens, logprobs, lengths, finished)
+
+
+def _prefill(engine: HFEngine, prompts: list[list[int]], cache: DynamicCache
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Run the prompts into `cache`: (fp32 last logits [b, V], attention mask [b, L],
+    position ids [b, L]) with one row per prompt, in order.
+
+    Identical prompts (the G samples of a group open alike) run once: the cache rows and last
+    logits of each distinct prompt are copied to every row that has it. With a cache of plain
+    full-attention layers, prefixes that many distinct prompts share (a system prompt and tool
+    schema, one per seat) run once too (`learner.model.prefix_split` picks the cut): their
+    keys and values are copied to each prompt, which runs only its own tail, left-padded
+    behind the prefix (the mask hides the gap and the positions skip it, so every token sees
+    what it would see alone).
+    """
+    distinct: dict[tuple[int, ...], int] = {}
+    rows_of = torch.tensor([distinct.setdefault(tuple(p), len(distinct)) for p in prompts])
+    unique = [list(p) for p in distinct]
+    cut, prefix_of = _shared_prefixes(unique, cache)
+    if cut:
+        first = torch.zeros(int(prefix_of.max()) + 1, dtype=torch.long)
+        first[prefix_of] = torch.arange(len(unique))  # a prompt of each prefix
+        prefixes = torch.tensor([unique[i][:cut] for i in first.tolist()])
+        _forward(engine, prefixes, torch.ones_like(prefixes),
+                 torch.arange(cut).expand_as(prefixes), cache)
+        cache.reorder_cache(prefix_of)
+    tails, tail_mask = left_pad([p[cut:] for p in unique], engine.pad_token_id)
+    attention_mask = torch.cat([tail_mask.new_ones(len(unique), cut), tail_mask], dim=1)
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    logits = _forward(engine, tails, attention_mask, positions[:, cut:], cache)
+    if len(distinct) < len(prompts):
+        cache.reorder_cache(rows_of)
+        logits, attention_mask, positions = (logits[rows_of], attention_mask[rows_of],
+                                             positions[rows_of])
+    return logits, attention_mask, positions
+
+
+def _shared_prefixes(prompts: list[list[int]], cache: DynamicCache) -> tuple[int, torch.Tensor]:
+    """(cut, prefix of each prompt [U]) where running the prompts' first `cut` ids once per
+    distinct prefix pays, else (0, empty). Only a cache of plain full-attention layers may
+    hold the gap between a prefix and a shorter prompt's tail: sliding windows and
+    linear-attention states read keys by position or in order, not by the mask alone."""
+    none = (0, torch.zeros(0, dtype=torch.long))
+    shortest = min(len(p) for p in prompts)
+    if len(prompts) < 2 or shortest < 2 or not cache.layers or any(
+            type(layer) is not DynamicLayer for layer in cache.layers):
+        return none
+    # every prompt keeps at least one id of its own: its tail's forward gives its logits
+    head = torch.tensor([p[:shortest - 1] for p in prompts])
+    split = prefix_split(head, max(len(p) for p in prompts))
+    return split if split is not None else none
 
 
 def _prefer_eager_attention(model: torch.nn.Module) -> None:

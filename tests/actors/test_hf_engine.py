@@ -7,12 +7,15 @@ repeats one token.
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import numpy as np
 import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import DynamicCache, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from actors.engines import hf
 from actors.engines.hf import HFEngine, _sample_inverse_cdf, _top_p_filter
 from arl.protocols import RolloutEngine
 from arl.types import SamplingParams
@@ -116,6 +119,34 @@ def test_greedy_batch_equals_each_prompt_alone(model_dir, fp32):
     assert stopped[0].finished and len(stopped[0].token_ids) <= 5
     for prompt, gen in zip(prompts, stopped, strict=True):
         assert gen.token_ids.tolist() == _ids(engine.generate([prompt], _greedy(12)))[0]
+
+
+def test_shared_prefixes_prefill_once_and_decode_as_each_prompt_alone(fp32):
+    # Two "system prompts" of 30 ids (one per seat), each opening three prompts whose own
+    # tails differ in length: the prefill runs each prefix once, then the tails behind a gap.
+    rng = np.random.default_rng(11)
+    heads = [rng.integers(3, VOCAB, size=30).tolist() for _ in range(2)]
+    prompts = [heads[i % 2] + rng.integers(3, VOCAB, size=int(n)).tolist()
+               for i, n in enumerate([2, 9, 5, 1, 7, 4])]
+    cache = DynamicCache(config=fp32.model.config)
+    cut, prefix_of = hf._shared_prefixes(prompts, cache)
+    assert cut == 30 and prefix_of.tolist() == [0, 1, 0, 1, 0, 1]
+    seen = []
+    forward = hf._forward
+    with patch.object(hf, "_forward", lambda e, ids, *a: seen.append(ids.shape) or
+                      forward(e, ids, *a)):
+        batched = fp32.generate(prompts, _greedy(8))
+    assert seen[:2] == [(2, 30), (6, 9)]  # the prefixes once, then every tail
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=8, seed=3)
+    sampled = fp32.generate(prompts, params)
+    with patch.object(hf, "_shared_prefixes", lambda p, c: (0, torch.zeros(0))):
+        plain = fp32.generate(prompts, params)
+    assert _ids(sampled) == _ids(plain)
+    for prompt, gen, a, b in zip(prompts, batched, sampled, plain, strict=True):
+        alone = fp32.generate([prompt], _greedy(8))[0]
+        assert gen.token_ids.tolist() == alone.token_ids.tolist()
+        np.testing.assert_allclose(gen.sampler_logprobs, alone.sampler_logprobs, atol=1e-4)
+        np.testing.assert_allclose(a.sampler_logprobs, b.sampler_logprobs, atol=1e-4)
 
 
 def test_eager_attention_decodes_as_sdpa_does(model_dir, fp32):
