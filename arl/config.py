@@ -266,6 +266,10 @@ def _check_learner(cfg: Config) -> None:
     if lr.backend == "deepspeed" and lr.zero_stage == 3 and lr.lora.rank:
         raise ConfigError("learner.lora.rank", "LoRA with DeepSpeed needs learner.zero_stage "
                           "<= 2: merging adapters needs whole base weights")
+    if lr.old_logprobs == "sampler" and (cfg.mode != "sync" or lr.behaviour_is_cap > 0):
+        raise ConfigError("learner.old_logprobs", "sampler needs mode=sync and no "
+                          "learner.behaviour_is_cap: the sampler's log-probs then are the "
+                          "policy at the step's start, up to the engine's numerics")
     batch = cfg.rollout.groups_per_step * cfg.rollout.group_size
     if batch % lr.mini_batches:
         raise ConfigError(

@@ -164,6 +164,10 @@ class LearnerConfig:
                                     "run stops", check="positive")
     behaviour_is_cap: float = opt(0.0, "> 0: weight advantages by min(behaviour IS ratio, cap)",
                                   check="non_negative")
+    old_logprobs: str = opt("learner", "the clip's anchor for mini-batches after the first: "
+                            "learner (a no-grad pass at the step's start) or sampler (the "
+                            "engine's own log-probs: no pass, but the engine's numerics enter "
+                            "every ratio; sync mode)", choices=("learner", "sampler"))
     advantage: str = opt("episode", "episode: one advantage per episode (GSPO); turn: one per "
                          "model turn from per-turn rewards and step-level groups (arl/credit.py;"
                          " needs loss gspo_token or grpo)", choices=("episode", "turn"))

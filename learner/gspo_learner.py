@@ -151,7 +151,9 @@ class GSPOLearner:
             self.counters["skipped_steps"] += not r.applied
             self.counters["skipped_in_row"] = 0 if r.applied else self.counters[
                 "skipped_in_row"] + 1
-        gap, entropy = token_means([m for m, _, _ in minis if m is not None],
+        # the gap and the entropy are measured where the learner ran a pass of its own
+        measured = minis if self.cfg.old_logprobs == "learner" else minis[:1]
+        gap, entropy = token_means([m for m, _, _ in measured if m is not None],
                                    self._entropy_sum, self.dp)
         metrics = _metrics(results, outputs, lengths, lr, self.counters["skipped_in_row"], gap)
         return {**metrics, "learner/entropy": entropy}
@@ -164,6 +166,7 @@ class GSPOLearner:
         All old_logprobs are computed before any update: they are the policy at step start.
         The first mini-batch's are left None (its optimizer step takes them from its own
         forward pass, before its update) unless the behaviour correction needs them first.
+        With `old_logprobs: sampler` the later ones are the engine's log-probs, with no pass.
         With fewer sequences than `mini_batches`, each sequence is its own mini-batch.
         """
         order = np.random.default_rng([self.seed, self.version]).permutation(batch.size)
@@ -175,6 +178,11 @@ class GSPOLearner:
             mine = self.dp.share(rows)
             mini = batch.select(mine) if len(mine) else None
             if i == 0 and self.cfg.behaviour_is_cap <= 0:
+                out.append((mini, len(rows), float(batch.weights[rows].sum())))
+                continue
+            if self.cfg.old_logprobs == "sampler":  # the engine's own: no pass
+                if mini is not None:
+                    mini = mini.with_old_logprobs(mini.sampler_logprobs)
                 out.append((mini, len(rows), float(batch.weights[rows].sum())))
                 continue
             old, entropy = self.forward.old_logprobs(mini, temperature,

@@ -48,6 +48,7 @@ def test_env_runners_cannot_play_against_a_self_play_snapshot():
         ("learner.clip_high=-1e-4", "learner.clip_high"),
         ("learner.loss=ppo", "learner.loss"),
         ("learner.mini_batches=3", "learner.mini_batches"),
+        ("learner.old_logprobs=engine", "learner.old_logprobs"),
         ("env.name=chess", "env.name"),
         ("wandb.mode=sometimes", "wandb.mode"),
         ("rollout.top_p=1.5", "rollout.top_p"),
@@ -66,6 +67,15 @@ def test_bad_values_name_their_key(override, key):
         load_config([], [override], check_paths=False)
     assert err.value.key == key
     assert key in str(err.value)
+
+
+def test_sampler_old_logprobs_need_sync_mode_and_no_behaviour_correction():
+    ok = load_config([], ["learner.old_logprobs=sampler"], check_paths=False)
+    assert ok.learner.old_logprobs == "sampler"
+    for other in ("mode=async", "learner.behaviour_is_cap=2"):
+        with pytest.raises(ConfigError) as err:
+            load_config([], ["learner.old_logprobs=sampler", other], check_paths=False)
+        assert err.value.key == "learner.old_logprobs"
 
 
 @pytest.mark.parametrize("invalid,ok", [(-1.0, False), (-1.5, False), (-1.6, True)])

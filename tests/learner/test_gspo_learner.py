@@ -289,6 +289,37 @@ def test_the_first_mini_batch_needs_no_pass_of_its_own_for_old_logprobs(model_di
     assert math.isfinite(metrics["rollout/sampler_logprob_gap"])
 
 
+def test_sampler_old_logprobs_anchor_later_mini_batches_without_a_pass(model_dir):
+    """learner.old_logprobs=sampler: mini-batches 2-4 take the engine's log-probs as their
+    old log-probs, so the step makes no no-grad pass; the first keeps its own (ratios exactly
+    1), and the gap and entropy metrics come from it alone."""
+    learner = tiny_learner(model_dir, mini_batches=4, micro_batch_size=4,
+                           old_logprobs="sampler")
+    passes = {"grad": 0, "no_grad": 0}
+    learner.model.register_forward_pre_hook(
+        lambda module, args, kwargs: passes.__setitem__(
+            "grad" if torch.is_grad_enabled() else "no_grad",
+            passes["grad" if torch.is_grad_enabled() else "no_grad"] + 1), with_kwargs=True)
+    seen, real_loss = [], learner.loss_fn
+
+    def loss_fn(logprobs, old, advantages, mask, *args):
+        seen.append((old.clone(), mask.clone()))
+        return real_loss(logprobs, old, advantages, mask, *args)
+
+    learner.loss_fn = loss_fn
+    trajs = [Trajectory(**{**t.__dict__, "sampler_logprobs": np.where(
+        t.loss_mask == 1, -0.75, 0.0).astype(np.float32)})
+        for t in random_trajectories(16, seed=6)]
+    metrics = learner.step(trajs, random_advantages(16, seed=6))
+    assert passes == {"grad": 4, "no_grad": 0}
+    first_old, first_mask = seen[0]
+    assert not torch.all(first_old[first_mask.bool()] == -0.75)  # its own pass, not the engine's
+    for old, mask in seen[1:]:
+        assert torch.all(old[mask.bool()] == -0.75)
+    assert math.isfinite(metrics["learner/entropy"]) and metrics["learner/entropy"] > 0.0
+    assert metrics["rollout/sampler_logprob_gap"] > 0.0
+
+
 def test_a_prompt_shared_by_a_group_runs_once_and_changes_nothing(model_dir):
     """learner.share_prefix: the same step with and without it gives the same loss, grad norm
     and weights (up to rounding), while the forward passes see far fewer prompt tokens."""
