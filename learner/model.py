@@ -206,8 +206,7 @@ def _shared_prefix_logits(model: torch.nn.Module, input_ids: torch.Tensor,
     cache, kwarg = _plain_kv_cache(model)
     if cache is None:
         return None
-    some_row = torch.zeros(int(rows_of.max()) + 1, dtype=torch.long)
-    some_row[rows_of] = torch.arange(len(rows_of))  # a row of each prefix (any one will do)
+    some_row = one_row_each(rows_of)
     prefixes = input_ids[some_row, :cut]  # [U, cut]
     model(input_ids=prefixes, attention_mask=torch.ones_like(prefixes),
           position_ids=position_ids[some_row, :cut], use_cache=True, logits_to_keep=1,
@@ -243,12 +242,26 @@ def prefix_split(prefix_ids: torch.Tensor, length: int) -> tuple[int, torch.Tens
     return (best[1], torch.from_numpy(best[2])) if best[1] else None
 
 
+def one_row_each(rows_of: torch.Tensor) -> torch.Tensor:
+    """[U] a row index of each class of `rows_of` [B] (classes 0..U-1; any row will do)."""
+    some_row = torch.zeros(int(rows_of.max()) + 1, dtype=torch.long)
+    some_row[rows_of] = torch.arange(len(rows_of))
+    return some_row
+
+
+def holds_plain_kv(cache: DynamicCache) -> bool:
+    """Whether every layer of `cache` is a plain full-attention layer: keys and values read
+    by the mask alone, so rows may share a prefix's copy and hold gaps (not sliding windows
+    or linear-attention states)."""
+    return bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
+
+
 def _plain_kv_cache(model: torch.nn.Module):
     """(an empty DynamicCache for the HF model inside `model`, the forward's keyword for it),
     or (None, "") if any of its layers is not a plain full-attention layer."""
     inner = _hf_model(model)
     cache = DynamicCache(config=inner.config)
-    if not cache.layers or any(type(layer) is not DynamicLayer for layer in cache.layers):
+    if not holds_plain_kv(cache):
         return None, ""
     params = inspect.signature(type(inner).forward).parameters
     # transformers renamed `past_key_values` to `cache` (5.2x; as actors/engines/hf.py)

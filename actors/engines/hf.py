@@ -24,14 +24,13 @@ from typing import Any
 import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
-from transformers.cache_utils import DynamicLayer
 from transformers.utils import logging as hf_logging
 
 from actors.engines.stops import default_stop_ids
 from actors.engines.weights import as_tensor, check_state, complete_tied, tied_groups
 from arl.dtypes import resolve as resolve_dtype
 from arl.types import Generation, SamplingParams
-from learner.model import prefix_split, torch_dtype
+from learner.model import holds_plain_kv, one_row_each, prefix_split, torch_dtype
 
 MAX_BATCH_SIZE = 64  # sequences decoded at once by default: what bounds the KV cache
 
@@ -198,9 +197,7 @@ def _prefill(engine: HFEngine, prompts: list[list[int]], cache: DynamicCache
     unique = [list(p) for p in distinct]
     cut, prefix_of = _shared_prefixes(unique, cache)
     if cut:
-        first = torch.zeros(int(prefix_of.max()) + 1, dtype=torch.long)
-        first[prefix_of] = torch.arange(len(unique))  # a prompt of each prefix
-        prefixes = torch.tensor([unique[i][:cut] for i in first.tolist()])
+        prefixes = torch.tensor([unique[i][:cut] for i in one_row_each(prefix_of).tolist()])
         _forward(engine, prefixes, torch.ones_like(prefixes),
                  torch.arange(cut).expand_as(prefixes), cache)
         cache.reorder_cache(prefix_of)
@@ -218,12 +215,10 @@ def _prefill(engine: HFEngine, prompts: list[list[int]], cache: DynamicCache
 def _shared_prefixes(prompts: list[list[int]], cache: DynamicCache) -> tuple[int, torch.Tensor]:
     """(cut, prefix of each prompt [U]) where running the prompts' first `cut` ids once per
     distinct prefix pays, else (0, empty). Only a cache of plain full-attention layers may
-    hold the gap between a prefix and a shorter prompt's tail: sliding windows and
-    linear-attention states read keys by position or in order, not by the mask alone."""
+    hold the gap between a prefix and a shorter prompt's tail (`holds_plain_kv`)."""
     none = (0, torch.zeros(0, dtype=torch.long))
     shortest = min(len(p) for p in prompts)
-    if len(prompts) < 2 or shortest < 2 or not cache.layers or any(
-            type(layer) is not DynamicLayer for layer in cache.layers):
+    if len(prompts) < 2 or shortest < 2 or not holds_plain_kv(cache):
         return none
     # every prompt keeps at least one id of its own: its tail's forward gives its logits
     head = torch.tensor([p[:shortest - 1] for p in prompts])
