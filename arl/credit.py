@@ -11,15 +11,22 @@ move that lost it and the four good ones are pushed alike. With per-turn rewards
                                                               same state, in the episode's
                                                               group (scope "group", GiGPO's)
                                                               or anywhere in the batch
-                                                              (scope "batch")
+                                                              (scope "batch"); or every
+                                                              named turn of the batch,
+                                                              whatever its state (scope
+                                                              "all")
     A_i,t  = A^E_i + w * A^S_i,t
 
 Turns played in the same state (EnvStep.turn_state: the board and the mark to move) share a
 baseline: their returns differ only by what was played from there. A state seen once in its
 scope, or one whose returns are all equal, contributes A^S = 0. With gamma = 0 the step
 term compares only the turns' own rewards (an env that scores each move: a bandit per
-state); with gamma = 1 it compares everything that followed. Every token of turn t carries
-A_i,t (the learner's gspo_token or grpo loss takes per-token advantages).
+state); with gamma = 1 it compares everything that followed. Scope "all" is for envs whose
+per-move reward already says whether a move was good, whatever the state (a game scoring
+each move by its minimax value): one baseline for every turn, so that a state the policy
+always plays alike, where a per-state baseline gives A^S = 0, still has a bad move pushed
+down. Every token of turn t carries A_i,t (the learner's gspo_token or grpo loss takes
+per-token advantages).
 
 Pure numpy, no torch: the driver computes these from episode summaries.
 """
@@ -49,13 +56,14 @@ def _normalised(values: np.ndarray, eps: float) -> np.ndarray:
     return (values - values.mean()) / (values.std() + eps)
 
 
-SCOPES = ("group", "batch")
+SCOPES = ("group", "batch", "all")
 
 
 def _same_state_turns(turn_states: Sequence[Sequence[str | None]], group_size: int,
                       scope: str) -> list[list[tuple[int, int]]]:
     """The (episode, turn) indices of the turns played in each state, per scope: each group
-    of `group_size` consecutive episodes, or the whole batch. Unnamed turns are left out."""
+    of `group_size` consecutive episodes, or the whole batch; with scope "all" one list of
+    every named turn of the batch. Unnamed turns are left out."""
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {SCOPES}, not {scope!r}")
     span = group_size if scope == "group" else max(len(turn_states), 1)
@@ -65,7 +73,7 @@ def _same_state_turns(turn_states: Sequence[Sequence[str | None]], group_size: i
         for i in range(g, min(g + span, len(turn_states))):
             for t, state in enumerate(turn_states[i]):
                 if state is not None:
-                    same_state[state].append((i, t))
+                    same_state["" if scope == "all" else state].append((i, t))
         out.extend(same_state.values())
     return out
 
@@ -95,7 +103,8 @@ def turn_advantages(turn_rewards: Sequence[Sequence[float]],
 def shared_turn_share(turn_states: Sequence[Sequence[str | None]], group_size: int,
                       scope: str) -> float:
     """The share of named turns whose state another turn of their scope was played in too:
-    the turns that the step-level term can teach something."""
+    the turns that a per-state baseline can teach something (scope "all": as "batch")."""
+    scope = "batch" if scope == "all" else scope
     sizes = [len(turns) for turns in _same_state_turns(turn_states, group_size, scope)]
     named = sum(sizes)
     return sum(n for n in sizes if n > 1) / named if named else 0.0

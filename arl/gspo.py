@@ -187,18 +187,36 @@ def grpo_loss(
 
 
 def entropy_bonus(entropy: Tensor, loss_mask: Tensor, num_sequences: float,
-                  weights: Tensor | None = None) -> Tensor:
+                  weights: Tensor | None = None, top_k: int = 0) -> Tensor:
     """B = (1/N) sum_i w_i (1/|y_i|) sum_t mask_t * H_i,t: the policy's token entropy,
     averaged per sequence like GSPO's ratio and normalised by the same global N, so that
     `loss - coef * B` keeps the loss invariant to micro-batch and rank splits. `weights`
     [B] are the sequences' weights in N (1/k for each row of an episode of k rows; None: 1).
+    With `top_k` > 0 the mean runs over each sequence's k highest-entropy mask tokens only
+    (`decision_tokens`), all of them where it has fewer.
     entropy, loss_mask [B, T] -> [] (differentiable through `entropy`)."""
     _check(num_sequences)
     dtype = _compute_dtype(entropy)
+    if top_k > 0:
+        loss_mask = decision_tokens(entropy, loss_mask, top_k)
     per_sequence = _masked_mean(entropy.to(dtype), loss_mask)  # [B]
     if weights is not None:
         per_sequence = per_sequence * weights.to(dtype)
     return per_sequence.sum() / num_sequences
+
+
+def decision_tokens(entropy: Tensor, loss_mask: Tensor, k: int) -> Tensor:
+    """[B, T] bool: each row's k mask tokens of highest entropy (ties broken arbitrarily), or
+    all its mask tokens where it has k or fewer. In a tool call nearly every token is fixed by
+    the format and the few uncertain ones are what the policy chooses (a move's square), so
+    a bonus over every token is diluted about |y| times on the ones that matter.
+    entropy, loss_mask [B, T] -> [B, T]; the choice is not differentiated."""
+    mask = loss_mask.bool()  # [B, T]
+    k = min(k, mask.shape[-1])
+    scores = entropy.detach().float().masked_fill(~mask, float("-inf"))  # [B, T]
+    top = torch.topk(scores, k, dim=-1, sorted=False).indices  # [B, k]
+    chosen = torch.zeros_like(mask).scatter_(-1, top, True)  # [B, T]
+    return chosen & mask
 
 
 def behaviour_weights(old_logprobs: Tensor, sampler_logprobs: Tensor, loss_mask: Tensor,

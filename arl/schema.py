@@ -176,13 +176,18 @@ class LearnerConfig:
     turn_discount: float = opt(1.0, "advantage=turn: gamma of the returns-to-go; 0 compares "
                                "only the turns' own rewards", check="fraction")
     step_group_scope: str = opt("group", "advantage=turn: turns in the same state share a "
-                                "baseline within their group (GiGPO) or across the batch",
+                                "baseline within their group (GiGPO) or across the batch; all:"
+                                " every turn of the batch shares one, whatever its state",
                                 choices=STEP_GROUP_SCOPES)
     share_prefix: bool = opt(True, "run a prompt that rows of a micro-batch share (the G "
                              "samples of a start state) once, and order each mini-batch's rows "
                              "by group so that they do; exact up to rounding")
     entropy_coef: float = opt(0.0, "> 0: subtract coef x the sampled tokens' mean entropy from "
                               "the loss (an exploration bonus)", check="non_negative")
+    entropy_tokens: int = opt(0, "entropy_coef > 0: the bonus counts each sequence's k "
+                              "highest-entropy sampled tokens (its decisions, e.g. a tool "
+                              "call's argument), not the format's near-certain ones; 0: all",
+                              check="non_negative")
     max_restarts: int = opt(3, "times the run rebuilds a dead learner group from its last "
                             "checkpoint and replays the steps since; 0: a death ends the run",
                             check="non_negative")

@@ -103,7 +103,8 @@ def optimizer_step(forward: Forward, dp: DataParallel, cfg: LearnerConfig, loss_
         total = out.loss
         if entropy is not None:  # the exploration bonus, with the same normaliser
             total = total - cfg.entropy_coef * gspo.entropy_bonus(
-                entropy, micro.loss_mask.to(dev), norm, micro.weights.to(dev))
+                entropy, micro.loss_mask.to(dev), norm, micro.weights.to(dev),
+                top_k=cfg.entropy_tokens)
         backend.backward(total)
         loss += total.item()
         outputs.append(gspo.LossOutput(out.loss.detach().cpu(), out.ratio.cpu(),

@@ -82,3 +82,28 @@ def test_shared_turn_share_counts_turns_whose_state_recurs_in_scope():
     # across the batch: a twice, b twice, c once -> 4 of 5
     assert shared_turn_share(states, 2, "batch") == pytest.approx(4 / 5)
     assert shared_turn_share([], 2, "batch") == 0.0
+
+
+def test_all_scope_gives_every_turn_one_baseline_whatever_its_state():
+    # Per-move rewards, gamma 0: game 0 always blunders (-0.2) in state "a", which no other
+    # turn was played in; game 1 plays well (+0.1) in "b" and "c". A per-state baseline
+    # leaves every turn at A^S = 0; one baseline for all turns pushes the blunder down.
+    rewards = [(-0.2,), (0.1, 0.1)]
+    states = [("a",), ("b", "c")]
+    per_state = turn_advantages(rewards, states, 2, step_weight=1.0, eps=0.0, gamma=0.0,
+                                scope="batch")
+    e = np.array([-1.0, 1.0])  # the episode term: totals -0.2 vs 0.2
+    assert [a.tolist() for a in per_state] == [[e[0]], [e[1], e[1]]]
+    shared = turn_advantages(rewards, states, 2, step_weight=1.0, eps=0.0, gamma=0.0,
+                             scope="all")
+    r = np.array([-0.2, 0.1, 0.1])
+    s = (r - r.mean()) / r.std()
+    assert shared[0].tolist() == pytest.approx([e[0] + s[0]])
+    assert shared[1].tolist() == pytest.approx([e[1] + s[1], e[1] + s[2]])
+    assert s[0] < 0 < s[1]
+    # unnamed turns stay out of the shared baseline
+    mixed = turn_advantages([(-0.2,), (0.1, 5.0)], [("a",), ("b", None)], 2, 1.0, 0.0,
+                            gamma=0.0, scope="all")
+    assert mixed[0][0] == pytest.approx(-1.0 - 1.0) and mixed[1][1] == pytest.approx(1.0)
+    # the metric of recurring states reads "all" as "batch"
+    assert shared_turn_share([("a", "b"), ("a",)], 2, "all") == pytest.approx(2 / 3)

@@ -333,6 +333,28 @@ def test_entropy_bonus_by_hand_and_split_invariant():
     assert parts.item() == pytest.approx(bonus.item())
 
 
+def test_entropy_bonus_over_each_rows_decision_tokens():
+    from arl.gspo import decision_tokens, entropy_bonus
+
+    # Row 0: a tool call whose one uncertain token (1.4 nats) sits among near-certain ones;
+    # row 1 has two mask tokens only; the masked-out 9.0 is never chosen.
+    entropy = torch.tensor([[0.01, 1.4, 0.02, 0.6, 9.0], [0.3, 0.1, 9.0, 9.0, 9.0]],
+                           requires_grad=True)
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0]])
+    assert decision_tokens(entropy, mask, 1).tolist() == [
+        [False, True, False, False, False], [True, False, False, False, False]]
+    assert decision_tokens(entropy, mask, 3).tolist() == [
+        [False, True, True, True, False], [True, True, False, False, False]]
+    bonus = entropy_bonus(entropy, mask, num_sequences=2, top_k=2)
+    # per row: (1.4 + 0.6) / 2 = 1.0 and (0.3 + 0.1) / 2 = 0.2 -> (1.0 + 0.2) / N
+    assert bonus.item() == pytest.approx(1.2 / 2)
+    bonus.backward()
+    assert entropy.grad[0].tolist() == pytest.approx([0.0, 0.25, 0.0, 0.25, 0.0])
+    # every mask token (k at least the longest row) is the plain bonus
+    assert entropy_bonus(entropy, mask, 2, top_k=5).item() == pytest.approx(
+        entropy_bonus(entropy, mask, 2).item())
+
+
 def test_gspo_token_with_per_token_advantages():
     logprobs, old, adv, mask = _random_batch(b=4, t=10, seed=3)
     n = 4

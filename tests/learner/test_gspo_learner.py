@@ -224,6 +224,19 @@ def test_the_entropy_bonus_raises_the_entropy(model_dir):
     assert after[0.5] > first + 1e-3
 
 
+def test_the_bonus_over_decision_tokens_is_the_top_tokens_mean(model_dir):
+    """learner.entropy_tokens = 1: with no advantage the loss is -coef x the mean over rows of
+    each row's largest token entropy, which no row's mean entropy exceeds."""
+    trajectories = random_trajectories(8, seed=12)
+    zero = np.zeros(8, dtype=np.float32)
+    loss = {}
+    for k in (0, 1):
+        learner = tiny_learner(model_dir, lr=0.0, mini_batches=1, entropy_coef=1.0,
+                               entropy_tokens=k)
+        loss[k] = learner.step(trajectories, zero)["learner/loss"]
+    assert loss[1] < loss[0] < 0.0
+
+
 def _update(learner):
     before = _weights(learner)
     metrics = learner.step(random_trajectories(16, seed=7), random_advantages(16, seed=7))
