@@ -27,7 +27,7 @@ class StepDone:
     staleness: list[int] = field(default_factory=list)  # learner - policy version, per episode
     dropped_stale: int = 0  # trajectories dropped as too stale this step
     rollout_idle: float = 0.0  # mean seconds a rollout worker had nothing to do
-    resample_rounds: int = 0  # dynamic sampling: extra rounds of start states played
+    resample_rounds: int = 0  # dynamic sampling: extra engine calls of start states played
 
 
 def step_metrics(cfg: Config, done: StepDone, t_end: float, actor_restarts: int) -> Metrics:

@@ -226,6 +226,11 @@ def _check_rollout(cfg: Config) -> None:
     if r.dynamic_sampling and cfg.mode != "sync":
         raise ConfigError("rollout.dynamic_sampling", "needs mode=sync: a step decides how "
                           "many more groups to play from the ones it has")
+    if r.oversample_groups and not (r.dynamic_sampling and r.max_resample_rounds >= 1
+                                    and r.oversample_groups <= r.groups_per_step):
+        raise ConfigError("rollout.oversample_groups", "needs rollout.dynamic_sampling, "
+                          "max_resample_rounds >= 1 and at most groups_per_step start states: "
+                          "they are the first extra round's")
     if r.group_size < 2:
         raise ConfigError("rollout.group_size", "must be >= 2: advantages are group-relative")
     if r.engine == "vllm" and r.top_p != 1:

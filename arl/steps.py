@@ -17,6 +17,11 @@ class StartStates:
     env_seeds: list[int]
     group_ids: list[int]
 
+    def extended(self, more: StartStates, k: int) -> StartStates:
+        """These groups, then the first `k` of `more`."""
+        return StartStates(self.env_seeds + more.env_seeds[:k],
+                           self.group_ids + more.group_ids[:k])
+
 
 def start_states(cfg: Config, step: int, round: int = 0) -> StartStates:
     """Distinct, reproducible start states for every group of every step. Round r > 0 is the

@@ -4,6 +4,7 @@ differ, playing further start states until it has them, and reports what it play
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from actors.rollout_pool import RolloutBatch
@@ -71,6 +72,36 @@ def test_dynamic_sampling_stops_after_its_rounds_and_skips_failed_groups():
                  for i, r in enumerate([0.0, 1.0, 0.0, 0.0])]
     _, keep = _advantages(cfg, summaries)
     assert not _first_informative(cfg, summaries, keep).any()
+
+
+def test_oversampled_groups_join_the_first_call_and_count_as_the_first_extra_round():
+    from arl.config import ConfigError, load_config
+
+    base = ["rollout.groups_per_step=4", "rollout.group_size=4", "rollout.dynamic_sampling=true",
+            "rollout.max_resample_rounds=3"]
+    cfg = load_config(["configs/ci.yaml"], [*base, "rollout.oversample_groups=2"],
+                      check_paths=False)
+    round0, round1, round2 = (start_states(cfg, 5, r).group_ids for r in range(3))
+    teach = set(round0[:3] + round1[:1])  # four that teach once the first call is in
+    fake = FakeCluster(lambda g: [0.0, 1.0, 0.0, 0.0] if g in teach else [0.0] * 4)
+    batch, calls = _collect(cfg, fake, step=5)
+    assert [ids for ids, _ in fake.calls] == [round0 + round1[:2]] and calls == 0
+    _, keep = _advantages(cfg, batch.summaries)
+    chosen = _first_informative(cfg, batch.summaries, keep)
+    assert sorted({s.group_id for s, k in zip(batch.summaries, chosen, strict=True) if k}) == \
+        sorted(teach)
+    # Not enough: the next call plays the second extra round, then the third; then it stops.
+    fake = FakeCluster(lambda g: [0.0] * 4)
+    _, calls = _collect(cfg, fake, step=5)
+    assert [ids for ids, _ in fake.calls] == [round0 + round1[:2], round2,
+                                              start_states(cfg, 5, 3).group_ids]
+    assert calls == 2 and len({seed for _, seed in fake.calls}) == 3
+    for extra in (["rollout.oversample_groups=5"],
+                  ["rollout.oversample_groups=2", "rollout.max_resample_rounds=0"],
+                  ["rollout.oversample_groups=2", "rollout.dynamic_sampling=false"]):
+        with pytest.raises(ConfigError) as err:
+            load_config(["configs/ci.yaml"], [*base, *extra], check_paths=False)
+        assert err.value.key == "rollout.oversample_groups"
 
 
 def test_without_dynamic_sampling_one_round_as_before():
