@@ -208,8 +208,10 @@ def entropy_bonus(entropy: Tensor, loss_mask: Tensor, num_sequences: float,
 def decision_tokens(entropy: Tensor, loss_mask: Tensor, k: int) -> Tensor:
     """[B, T] bool: each row's k mask tokens of highest entropy (ties broken arbitrarily), or
     all its mask tokens where it has k or fewer. In a tool call nearly every token is fixed by
-    the format and the few uncertain ones are what the policy chooses (a move's square), so
-    a bonus over every token is diluted about |y| times on the ones that matter.
+    the format and the few uncertain ones are what the policy chooses (a move's square): a
+    bonus over every token weighs each of those 1/|y| and pushes the format's tokens toward
+    uncertainty (malformed calls) as well; over these k it weighs them 1/k and leaves the
+    format alone.
     entropy, loss_mask [B, T] -> [B, T]; the choice is not differentiated."""
     mask = loss_mask.bool()  # [B, T]
     k = min(k, mask.shape[-1])

@@ -189,9 +189,10 @@ class LearnerConfig:
                              "by group so that they do; exact up to rounding")
     entropy_coef: float = opt(0.0, "> 0: subtract coef x the sampled tokens' mean entropy from "
                               "the loss (an exploration bonus)", check="non_negative")
-    entropy_tokens: int = opt(0, "entropy_coef > 0: the bonus counts each sequence's k "
-                              "highest-entropy sampled tokens (its decisions, e.g. a tool "
-                              "call's argument), not the format's near-certain ones; 0: all",
+    entropy_tokens: int = opt(0, "entropy_coef > 0: the bonus is the mean over each "
+                              "sequence's k highest-entropy sampled tokens (its decisions, e.g."
+                              " a tool call's argument), not over the format's near-certain "
+                              "ones too; 0: all",
                               check="non_negative")
     max_restarts: int = opt(3, "times the run rebuilds a dead learner group from its last "
                             "checkpoint and replays the steps since; 0: a death ends the run",
