@@ -111,8 +111,8 @@ class RolloutConfig:
                                    "states a step may play at most", check="non_negative")
     oversample_groups: int = opt(0, "dynamic_sampling: the first round also plays the first k "
                                  "start states of the first extra round, in the same engine "
-                                 "batch (cheaper than a round of its own when groups often "
-                                 "lack variance); at most groups_per_step",
+                                 "batch (it pays where a larger batch costs little, e.g. vLLM "
+                                 "on a GPU); at most groups_per_step",
                                  check="non_negative")
     env_actors: int = opt(0, "env-runner actors per rollout worker, each playing a part of its "
                           "episodes and asking it for completions; 0: the worker plays them",
