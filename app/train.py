@@ -173,23 +173,24 @@ def _collect(cfg: Config, cluster: Cluster, step: int) -> tuple[RolloutBatch, in
     first k, in the same call), then (dynamic sampling) more rounds of fresh ones until that
     many groups have rewards that differ, or `max_resample_rounds` ran out."""
     r = cfg.rollout
-    batch, rounds, calls = None, 0, 0
+    batch, rounds = None, 0
     while True:
         states = start_states(cfg, step, rounds)
         # Round r samples with seeds no other step's or round's calls use.
         seed = cfg.seed + step + rounds * (cfg.steps + 1)
-        if rounds == 0 and r.oversample_groups:
+        if batch is None and r.oversample_groups:
             states = states.extended(start_states(cfg, step, 1), r.oversample_groups)
             rounds = 1  # the first extra round's ids are taken: the next call plays round 2
         played = cluster.collect(states.env_seeds, states.group_ids, seed=seed,
-                                 transcripts=transcripts_wanted(cfg, step) if not calls else 0)
+                                 transcripts=transcripts_wanted(cfg, step) if batch is None else 0)
         batch = played if batch is None else batch + played
+        extra_calls = rounds - 1 if r.oversample_groups else rounds
         if not r.dynamic_sampling or rounds >= r.max_resample_rounds:
-            return batch, calls
+            return batch, extra_calls
         rewards = torch.tensor([s.reward for s in batch.summaries]).view(-1, r.group_size)
         if int(informative_groups(rewards).sum()) >= r.groups_per_step:
-            return batch, calls
-        rounds, calls = rounds + 1, calls + 1
+            return batch, extra_calls
+        rounds += 1
 
 
 def _first_informative(cfg: Config, summaries: list[EpisodeSummary],

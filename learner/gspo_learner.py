@@ -177,27 +177,30 @@ class GSPOLearner:
                 rows = np.sort(rows)
             mine = self.dp.share(rows)
             mini = batch.select(mine) if len(mine) else None
-            if i == 0 and self.cfg.behaviour_is_cap <= 0:
-                out.append((mini, len(rows), float(batch.weights[rows].sum())))
-                continue
-            if self.cfg.old_logprobs == "sampler":  # the engine's own: no pass
-                if mini is not None:
-                    mini = mini.with_old_logprobs(mini.sampler_logprobs)
-                out.append((mini, len(rows), float(batch.weights[rows].sum())))
-                continue
-            old, entropy = self.forward.old_logprobs(mini, temperature,
-                                                     self.dp.passes(len(rows)))
-            self._entropy_sum += entropy
-            if mini is not None:
-                mini = mini.with_old_logprobs(old)
-            if mini is not None and self.cfg.behaviour_is_cap > 0:  # off-policy correction
-                weights = gspo.behaviour_weights(mini.old_logprobs, mini.sampler_logprobs,
-                                                 mini.loss_mask, self.cfg.behaviour_is_cap)
-                if mini.advantages.dim() == 2:  # per-token advantages: one weight a row
-                    weights = weights[:, None]
-                mini = dataclasses.replace(mini, advantages=mini.advantages * weights)
+            if i > 0 or self.cfg.behaviour_is_cap > 0:
+                mini = self._anchored(mini, len(rows), temperature)
             out.append((mini, len(rows), float(batch.weights[rows].sum())))
         return out
+
+    def _anchored(self, mini: Batch | None, rows: int, temperature: float) -> Batch | None:
+        """`mini` (this rank's slice of a mini-batch of `rows` rows) with the old log-probs
+        its clip is anchored to: the engine's (`old_logprobs: sampler`, no pass), or a no-grad
+        pass at the step's start, its advantages then weighted by the behaviour correction
+        where that is on."""
+        if self.cfg.old_logprobs == "sampler":
+            return mini.with_old_logprobs(mini.sampler_logprobs) if mini is not None else None
+        old, entropy = self.forward.old_logprobs(mini, temperature, self.dp.passes(rows))
+        self._entropy_sum += entropy
+        if mini is None:
+            return None
+        mini = mini.with_old_logprobs(old)
+        if self.cfg.behaviour_is_cap > 0:  # off-policy correction
+            weights = gspo.behaviour_weights(mini.old_logprobs, mini.sampler_logprobs,
+                                             mini.loss_mask, self.cfg.behaviour_is_cap)
+            if mini.advantages.dim() == 2:  # per-token advantages: one weight a row
+                weights = weights[:, None]
+            mini = dataclasses.replace(mini, advantages=mini.advantages * weights)
+        return mini
 
     def export_weights(self) -> dict[str, np.ndarray]:
         """Full fp32 weights under HF names (learner/snapshot.py); {} on ranks other than 0."""
