@@ -5,12 +5,14 @@ is bounded by roughly this.
 
     python bench/capacity.py [--examples 16000] [--epochs 1] [--model cache:tiny-warmstart]
                              [--hidden 0 --layers 4 --heads 4] [--board-format lists|grid]
-                             [--out DIR]
+                             [--min-marks 2 --max-marks 7] [--out DIR]
 
 The model continues from `--model` (the warm start: it knows the format), or, with `--hidden
 H`, is built from scratch at that size with the warm start's tokenizer. Targets are a
 uniformly random winning move where one exists, else a uniformly random minimax-best move.
-Prints one JSON line: accuracy (minimax-best or win) on 500 fresh training boards, and
+`--min-marks 0 --max-marks 8` (with `--model cache:tiny-warmstart-board`) covers every board
+a full game reaches; play the result with `arl eval --checkpoint DIR --opponent minimax
+env.context=board` to bound what RL could reach in full games. Prints one JSON line: accuracy (minimax-best or win) on 500 fresh training boards, and
 accuracy and illegal rate on each positions file, all greedy.
 """
 
@@ -95,6 +97,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--board-format", default="lists", choices=("lists", "grid"))
+    parser.add_argument("--min-marks", type=int, default=2)
+    parser.add_argument("--max-marks", type=int, default=7)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/capacity")
     args = parser.parse_args()
@@ -105,7 +109,8 @@ def main() -> None:
     from warmstart.tiny import save_model_dir
 
     set_torch_threads(os.cpu_count() or 1)
-    env_cfg = env_config("tictactoe_move", board_format=args.board_format)
+    env_cfg = env_config("tictactoe_move", board_format=args.board_format,
+                         min_marks=args.min_marks, max_marks=args.max_marks)
     model, tokenizer = build(args)
     start = time.perf_counter()
     examples = minimax_examples(env_cfg, args.examples, args.seed)
