@@ -12,7 +12,9 @@ H`, is built from scratch at that size with the warm start's tokenizer. Targets 
 uniformly random winning move where one exists, else a uniformly random minimax-best move.
 `--min-marks 0 --max-marks 8` (with `--model cache:tiny-warmstart-board`) covers every board
 a full game reaches; play the result with `arl eval --checkpoint DIR --opponent minimax
-env.context=board` to bound what RL could reach in full games. Prints one JSON line: accuracy (minimax-best or win) on 500 fresh training boards, and
+env.context=board` to bound what RL could reach in full games.
+
+Prints one JSON line: accuracy (minimax-best or win) on 500 fresh training boards, and
 accuracy and illegal rate on each positions file, all greedy.
 """
 
