@@ -262,6 +262,9 @@ def _check_learner(cfg: Config) -> None:
         raise ConfigError("learner.advantage", "turn-level advantages differ along a sequence; "
                           "GSPO's one ratio per sequence cannot weigh them: use learner.loss="
                           "gspo_token (or grpo)")
+    if 0 < lr.negative_odds_cap < 1:
+        raise ConfigError("learner.negative_odds_cap", "must be 0 (off) or >= 1: the weight "
+                          "of a negative advantage is its reply's odds, at least 1")
     if lr.lora.rank and not lr.lora.alpha > 0:
         raise ConfigError("learner.lora.alpha", "must be > 0")
     if lr.lora.rank and not lr.lora.target_modules:

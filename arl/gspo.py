@@ -63,6 +63,29 @@ def informative_groups(rewards: Tensor) -> Tensor:
     return ~(rewards == rewards[:, :1]).all(dim=-1)
 
 
+def negative_odds_weighted(advantages: Tensor, old_logprobs: Tensor, loss_mask: Tensor,
+                           cap: float) -> Tensor:
+    """Each negative advantage times its sequence's odds p / (1 - p) under the policy at the
+    step's start (p = exp(sum_t mask * old_logprobs)), clamped to [1, cap]; positive ones
+    unchanged. advantages [B] or [B, T], old_logprobs, loss_mask [B, T] -> as advantages.
+
+    The policy gradient of a sampled reply y is A * grad log p(y), and grad log p(y) of a
+    near-certain reply vanishes: a reply the policy has settled on keeps almost all of its
+    mass however often it scores below the rest. Weighted by its odds, a negative sample's
+    gradient is |A| times that of unlikelihood, -log(1 - p(y)) (Welleck et al., arXiv
+    1908.04319), which stays of order |A| as p -> 1; the cap bounds it, and a floor of 1
+    keeps unlikely replies at the plain policy gradient."""
+    dtype = _compute_dtype(old_logprobs)
+    mask = loss_mask.to(dtype)  # [B, T]
+    p = torch.exp((old_logprobs.detach().to(dtype) * mask).sum(dim=-1))  # [B] p(y)
+    if cap < 1:
+        raise ValueError(f"cap must be >= 1, got {cap}")
+    weight = (p / (1.0 - p).clamp(min=1e-12)).clamp(min=1.0, max=cap)  # [B] capped odds
+    weight = weight[:, None] if advantages.dim() == 2 else weight
+    adv = advantages.to(dtype)
+    return torch.where(adv < 0, adv * weight, adv).to(advantages.dtype)
+
+
 def _compute_dtype(x: Tensor) -> torch.dtype:
     return torch.promote_types(x.dtype, torch.float32)  # fp32, or fp64 if already fp64
 

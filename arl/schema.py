@@ -187,6 +187,12 @@ class LearnerConfig:
     share_prefix: bool = opt(True, "run a prompt that rows of a micro-batch share (the G "
                              "samples of a start state) once, and order each mini-batch's rows "
                              "by group so that they do; exact up to rounding")
+    negative_odds_cap: float = opt(0.0, ">= 1: a negative advantage is multiplied by its "
+                                   "reply's odds p/(1-p) at the step's start, clamped to [1, "
+                                   "cap] (unlikelihood for replies that scored below their "
+                                   "baseline): a reply the policy has settled on is pushed "
+                                   "down as hard as an unsure one; 0: off",
+                                   check="non_negative")
     entropy_coef: float = opt(0.0, "> 0: subtract coef x the sampled tokens' mean entropy from "
                               "the loss (an exploration bonus)", check="non_negative")
     entropy_tokens: int = opt(0, "entropy_coef > 0: the bonus is the mean over each "

@@ -97,7 +97,11 @@ def optimizer_step(forward: Forward, dp: DataParallel, cfg: LearnerConfig, loss_
             olds.append(old.cpu())
             entropy_sum += float((entropy.detach().cpu() * micro.loss_mask).sum())
             entropy = entropy if cfg.entropy_coef > 0 else None
-        out = loss_fn(logprobs, micro.old_logprobs.to(dev), micro.advantages.to(dev),
+        advantages = micro.advantages
+        if cfg.negative_odds_cap > 0:  # unlikelihood for settled replies that scored low
+            advantages = gspo.negative_odds_weighted(advantages, micro.old_logprobs,
+                                                     micro.loss_mask, cfg.negative_odds_cap)
+        out = loss_fn(logprobs, micro.old_logprobs.to(dev), advantages.to(dev),
                       micro.loss_mask.to(dev),
                       cfg.clip_low, cfg.clip_high, norm)  # global normaliser: the mini-batch
         total = out.loss

@@ -49,6 +49,8 @@ def test_env_runners_cannot_play_against_a_self_play_snapshot():
         ("learner.loss=ppo", "learner.loss"),
         ("learner.mini_batches=3", "learner.mini_batches"),
         ("learner.old_logprobs=engine", "learner.old_logprobs"),
+        ("learner.negative_odds_cap=0.5", "learner.negative_odds_cap"),
+        ("learner.negative_odds_cap=-1", "learner.negative_odds_cap"),
         ("env.name=chess", "env.name"),
         ("wandb.mode=sometimes", "wandb.mode"),
         ("rollout.top_p=1.5", "rollout.top_p"),

@@ -381,3 +381,44 @@ def test_entropy_bonus_weighs_each_row_as_the_loss_does():
     bonus = entropy_bonus(entropy, mask, num_sequences=2.0, weights=weights)
     assert bonus.item() == pytest.approx((0.5 * 0.75 + 0.5 * 1.5 + 3.0) / 2)
 
+
+
+def test_negative_odds_weighting_by_hand():
+    from arl.gspo import negative_odds_weighted
+
+    # Three one-token replies of probability 0.9, 0.5 and 0.2, and a two-token reply whose
+    # masked tokens multiply to 0.99 * 0.5 (its third token is masked out).
+    old = torch.log(torch.tensor([[0.9, 1.0, 1.0], [0.5, 1.0, 1.0], [0.2, 1.0, 1.0],
+                                  [0.99, 0.5, 0.01]]))
+    mask = torch.tensor([[1, 0, 0], [1, 0, 0], [1, 0, 0], [1, 1, 0]])
+    adv = torch.tensor([-1.0, -2.0, -0.5, 1.5])
+    out = negative_odds_weighted(adv, old, mask, cap=5.0)
+    # odds 9 (capped at 5), 1, 0.25 (floored at 1); a positive advantage is left alone
+    torch.testing.assert_close(out, torch.tensor([-5.0, -2.0, -0.5, 1.5]))
+    out = negative_odds_weighted(adv[:3], old[:3], mask[:3], cap=100.0)
+    torch.testing.assert_close(out, torch.tensor([-9.0, -2.0, -0.5]))
+    per_token = adv[:, None].expand(4, 3).clone()  # [B, T] advantages get one weight a row
+    out = negative_odds_weighted(per_token, old, mask, cap=5.0)
+    torch.testing.assert_close(out, torch.tensor([-5.0, -2.0, -0.5, 1.5])[:, None].expand(4, 3))
+    with pytest.raises(ValueError, match="cap must be >= 1"):
+        negative_odds_weighted(adv, old, mask, cap=0.5)
+
+
+def test_negative_odds_weighting_keeps_a_settled_replys_gradient():
+    """The gradient that pushes a reply of probability p down is (1 - p) on its logit under
+    the plain policy gradient, and p with the odds weight: for a settled reply, about 1."""
+    from arl.gspo import negative_odds_weighted
+
+    def logit_grad(p_reply: float, cap: float) -> float:
+        logits = torch.tensor([math.log(p_reply), math.log(1 - p_reply)], requires_grad=True)
+        logp = torch.log_softmax(logits, dim=0)[:1][None]  # [1, 1] the sampled reply
+        adv = torch.tensor([-1.0])
+        if cap:
+            adv = negative_odds_weighted(adv, logp.detach(), torch.ones(1, 1), cap)
+        (-(adv * logp.sum())).backward()
+        return float(logits.grad[0])  # d loss / d logit of the sampled reply
+
+    assert logit_grad(0.999, 0) == pytest.approx(0.001, rel=1e-3)  # vanishes
+    assert logit_grad(0.999, 1000.0) == pytest.approx(0.999, rel=1e-3)  # unlikelihood's p
+    assert logit_grad(0.999, 10.0) == pytest.approx(10 * 0.001, rel=1e-2)  # capped: 10 x
+    assert logit_grad(0.3, 1000.0) == pytest.approx(0.7, rel=1e-3)  # odds < 1: plain gradient

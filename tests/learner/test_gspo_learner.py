@@ -356,3 +356,28 @@ def test_a_prompt_shared_by_a_group_runs_once_and_changes_nothing(model_dir):
     for name in w_plain:
         torch.testing.assert_close(w_shared[name], w_plain[name], rtol=1e-5, atol=1e-5)
     assert tokens[True] < 0.5 * tokens[False]
+
+
+def test_negative_odds_cap_weights_what_the_loss_sees(model_dir, monkeypatch):
+    """learner.negative_odds_cap reaches every micro-batch's loss: the advantages the loss
+    gets are gspo.negative_odds_weighted's, given the step's old log-probs, the mask and the
+    cap. With the weighting stood in by x3 on negative advantages, a step at lr 0 (ratio 1,
+    loss -mean A) reports three times the loss of all-negative advantages."""
+    from arl import gspo
+
+    seen = []
+
+    def tripled(advantages, old_logprobs, loss_mask, cap):
+        seen.append((old_logprobs.shape == loss_mask.shape, cap))
+        return torch.where(advantages < 0, advantages * 3.0, advantages)
+
+    monkeypatch.setattr(gspo, "negative_odds_weighted", tripled)
+    trajectories = random_trajectories(8, seed=5)
+    negative = -np.abs(random_advantages(8, seed=5)) - 0.1
+    loss = {}
+    for cap in (0.0, 7.0):
+        learner = tiny_learner(model_dir, lr=0.0, mini_batches=2, negative_odds_cap=cap)
+        loss[cap] = learner.step(trajectories, negative)["learner/loss"]
+    assert seen and all(same and cap == 7.0 for same, cap in seen)
+    assert loss[7.0] == pytest.approx(3.0 * loss[0.0], rel=1e-5)
+    assert loss[0.0] > 0.0
