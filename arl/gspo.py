@@ -75,11 +75,11 @@ def negative_odds_weighted(advantages: Tensor, old_logprobs: Tensor, loss_mask: 
     gradient is |A| times that of unlikelihood, -log(1 - p(y)) (Welleck et al., arXiv
     1908.04319), which stays of order |A| as p -> 1; the cap bounds it, and a floor of 1
     keeps unlikely replies at the plain policy gradient."""
+    if cap < 1:
+        raise ValueError(f"cap must be >= 1, got {cap}")
     dtype = _compute_dtype(old_logprobs)
     mask = loss_mask.to(dtype)  # [B, T]
     p = torch.exp((old_logprobs.detach().to(dtype) * mask).sum(dim=-1))  # [B] p(y)
-    if cap < 1:
-        raise ValueError(f"cap must be >= 1, got {cap}")
     weight = (p / (1.0 - p).clamp(min=1e-12)).clamp(min=1.0, max=cap)  # [B] capped odds
     weight = weight[:, None] if advantages.dim() == 2 else weight
     adv = advantages.to(dtype)
