@@ -27,8 +27,11 @@ import torch  # noqa: E402
 from actors.evaluate import load_policy  # noqa: E402
 from arl.episode import ChatRenderer  # noqa: E402
 from arl.model_path import local_path  # noqa: E402
+from arl.tools import format_tool_call  # noqa: E402
+from arl.types import ToolCall  # noqa: E402
 from envs import tictactoe_rules as rules  # noqa: E402
 from envs.registry import env_config  # noqa: E402
+from envs.tictactoe import CHOOSE_SQUARE  # noqa: E402
 from envs.tictactoe_move import TicTacToeMoveEnv, move_outcome, outcome_reward  # noqa: E402
 
 FIRST_SEED = 10**6  # far from the seeds a training run draws its boards with
@@ -54,8 +57,8 @@ def board_rows(policy: str, boards: int, min_marks: int, max_marks: int) -> list
     tokenizer = engine.get_tokenizer()
     renderer = ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
     cfg = env_config("tictactoe_move", min_marks=min_marks, max_marks=max_marks)
-    replies = [renderer.encode('<tool_call>{"name": "choose_square", "arguments": {"square": '
-                               f'{k}}}}}</tool_call>{tokenizer.eos_token}') for k in range(1, 10)]
+    replies = [renderer.encode(format_tool_call(ToolCall(CHOOSE_SQUARE.name, {"square": k}))
+                               + tokenizer.eos_token) for k in range(1, 10)]
     rows = []
     for seed in range(FIRST_SEED, FIRST_SEED + boards):
         env = TicTacToeMoveEnv(cfg)
@@ -65,15 +68,15 @@ def board_rows(policy: str, boards: int, min_marks: int, max_marks: int) -> list
         mine, theirs = env.agent, rules.other(env.agent)
         kind = ("win" if rules.winning_moves(env.board, mine) else
                 "block" if rules.winning_moves(env.board, theirs) else "other")
-        rows.append({"probs": probs, "rewards": rewards, "kind": kind,
-                     "marks": sum(c != rules.EMPTY for c in env.board)})
+        best = np.isin(np.arange(1, 10), rules.best_moves(env.board, mine))
+        rows.append({"probs": probs, "rewards": rewards, "best": best, "kind": kind})
     return rows
 
 
 def summary(rows: list[dict]) -> dict[str, object]:
     mass = np.array([r["probs"].sum() for r in rows])
     shares = [r["probs"] / r["probs"].sum() for r in rows]
-    best = np.array([s[r["rewards"] >= 0.8].sum() for s, r in zip(shares, rows, strict=True)])
+    best = np.array([s[r["best"]].sum() for s, r in zip(shares, rows, strict=True)])
     top = np.array([s.max() for s in shares])
     decided_wrong = (top > DECIDED) & (best < WRONG)
     argmax = collections.Counter(int(s.argmax()) + 1 for s, w in zip(shares, decided_wrong,
