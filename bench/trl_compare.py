@@ -13,8 +13,9 @@ The same work on both sides, per step (TRL: per generation batch):
     per_device_train_batch_size=16), the GSPO sequence ratio clipped at 0.01 (TRL:
     importance_sampling_level="sequence", loss_type="grpo", epsilon=epsilon_high=0.01), no KL
     term, no entropy bonus, lr 1.5e-4 constant.
-arl runs the demo config with dynamic sampling, group symmetries and the entropy bonus off
-(they change the work) through its embedded Ray cluster: its step is `timing/step`. TRL's is
+arl runs the demo config with dynamic sampling, group symmetries, the entropy bonus, the
+warm-up, the batch baseline and the odds cap off (they change the work or the loss: GSPO with
+one baseline per group, as TRL computes it) through its embedded Ray cluster: its step is `timing/step`. TRL's is
 the wall time from one generation batch's first optimizer step to the next one's. Medians
 after the first WARMUP steps. Prints `trl_step_ratio` = arl's step / TRL's (lower: arl faster).
 The last line is JSON.
@@ -39,7 +40,8 @@ from envs.registry import make_env
 
 CONFIG = "configs/tictactoe_move.yaml"
 SAME_WORK = ["rollout.dynamic_sampling=false", "env.group_symmetries=false",
-             "learner.entropy_coef=0", "learner.lr_schedule=constant",
+             "learner.entropy_coef=0", "learner.lr_schedule=constant", "learner.warmup_steps=0",
+             "learner.loss=gspo", "learner.advantage=episode", "learner.negative_odds_cap=0",
              "learner.checkpoint_every=0", "wandb.mode=disabled", "ray.address=local"]
 
 
