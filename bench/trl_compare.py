@@ -15,9 +15,10 @@ The same work on both sides, per step (TRL: per generation batch):
     term, no entropy bonus, lr 1.5e-4 constant.
 arl runs the demo config with dynamic sampling, group symmetries, the entropy bonus, the
 warm-up, the batch baseline and the odds cap off (they change the work or the loss: GSPO with
-one baseline per group, as TRL computes it) through its embedded Ray cluster: its step is `timing/step`. TRL's is
-the wall time from one generation batch's first optimizer step to the next one's. Medians
-after the first WARMUP steps. Prints `trl_step_ratio` = arl's step / TRL's (lower: arl faster).
+one baseline per group, as TRL computes it) through its embedded Ray cluster: its step is
+`timing/step`. TRL's is the wall time from one generation batch's first optimizer step to the
+next one's. Medians after the first WARMUP steps. Prints `trl_step_ratio` = arl's step /
+TRL's (lower: arl faster).
 The last line is JSON.
 """
 
