@@ -1,6 +1,6 @@
 """Where a one-move policy stands on each board: the exact probability it gives every square
-(teacher-forced over the nine well-formed `choose_square` calls), on fresh boards of the
-training distribution (`tictactoe_move`, 2-7 marks by default).
+(teacher-forced over the well-formed `choose_square` calls, in three spellings each), on fresh
+boards of the training distribution (`tictactoe_move`, 2-7 marks by default).
 
 A sampled reward says how often the policy is right; this says how it is wrong. A board is
 *decided* when one square holds over 90 % of the policy's mass, and *decided wrong* when
@@ -36,6 +36,15 @@ from envs.tictactoe_move import TicTacToeMoveEnv, move_outcome, outcome_reward  
 
 FIRST_SEED = 10**6  # far from the seeds a training run draws its boards with
 DECIDED, WRONG = 0.9, 0.1
+# A policy can drift to another valid JSON spelling of the same call (two spaces before the
+# square, or none); each spelling is a different text, so their probabilities add up.
+SPACINGS = ("", " ", "  ")
+
+
+def call_texts(square: int) -> list[str]:
+    """The spellings of choose_square(square) that are counted, the canonical one among them."""
+    canonical = format_tool_call(ToolCall(CHOOSE_SQUARE.name, {"square": square}))
+    return [canonical.replace('"square": ', f'"square":{gap}') for gap in SPACINGS]
 
 
 def square_probs(model, prompt: list[int], replies: list[list[int]]) -> np.ndarray:
@@ -57,12 +66,13 @@ def board_rows(policy: str, boards: int, min_marks: int, max_marks: int) -> list
     tokenizer = engine.get_tokenizer()
     renderer = ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
     cfg = env_config("tictactoe_move", min_marks=min_marks, max_marks=max_marks)
-    replies = [renderer.encode(format_tool_call(ToolCall(CHOOSE_SQUARE.name, {"square": k}))
-                               + tokenizer.eos_token) for k in range(1, 10)]
+    replies = [renderer.encode(text + tokenizer.eos_token)
+               for k in range(1, 10) for text in call_texts(k)]
     rows = []
     for seed in range(FIRST_SEED, FIRST_SEED + boards):
         env = TicTacToeMoveEnv(cfg)
         probs = square_probs(engine.model, renderer.prompt_ids(env.reset(seed)), replies)
+        probs = probs.reshape(9, len(SPACINGS)).sum(axis=1)  # [9]: every spelling of a square
         rewards = np.array([outcome_reward(move_outcome(env.board, env.agent, k), cfg)
                             for k in range(1, 10)])
         mine, theirs = env.agent, rules.other(env.agent)
