@@ -13,6 +13,7 @@ from arl.gspo import (
     grpo_loss,
     gspo_loss,
     gspo_token_loss,
+    negative_odds_weighted,
     sequence_log_ratio,
 )
 
@@ -382,10 +383,7 @@ def test_entropy_bonus_weighs_each_row_as_the_loss_does():
     assert bonus.item() == pytest.approx((0.5 * 0.75 + 0.5 * 1.5 + 3.0) / 2)
 
 
-
 def test_negative_odds_weighting_by_hand():
-    from arl.gspo import negative_odds_weighted
-
     # Three one-token replies of probability 0.9, 0.5 and 0.2, and a two-token reply whose
     # masked tokens multiply to 0.99 * 0.5 (its third token is masked out).
     old = torch.log(torch.tensor([[0.9, 1.0, 1.0], [0.5, 1.0, 1.0], [0.2, 1.0, 1.0],
@@ -407,7 +405,6 @@ def test_negative_odds_weighting_by_hand():
 def test_negative_odds_weighting_keeps_a_settled_replys_gradient():
     """The gradient that pushes a reply of probability p down is (1 - p) on its logit under
     the plain policy gradient, and p with the odds weight: for a settled reply, about 1."""
-    from arl.gspo import negative_odds_weighted
 
     def logit_grad(p_reply: float, cap: float) -> float:
         logits = torch.tensor([math.log(p_reply), math.log(1 - p_reply)], requires_grad=True)
