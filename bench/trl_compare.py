@@ -16,9 +16,12 @@ The same work on both sides, per step (TRL: per generation batch):
 arl runs the demo config with dynamic sampling, group symmetries, the entropy bonus, the
 warm-up, the batch baseline and the odds cap off (they change the work or the loss: GSPO with
 one baseline per group, as TRL computes it) through its embedded Ray cluster: its step is
-`timing/step`. TRL's is the wall time from one generation batch's first optimizer step to the
-next one's. Medians after the first WARMUP steps. Prints `trl_step_ratio` = arl's step /
-TRL's (lower: arl faster).
+`timing/step`. It runs twice: as the demo anchors the clip of mini-batches 2-4, with the
+sampler's log-probs (`learner.old_logprobs: sampler`), and with a no-grad pass of the
+learner's own for them, as TRL computes its old log-probs (`trl_step_ratio_learner_pass`).
+TRL's step is the wall time from one generation batch's first optimizer step to the next
+one's. Medians after the first WARMUP steps. Prints `trl_step_ratio` = arl's step / TRL's
+(lower: arl faster).
 The last line is JSON.
 """
 
@@ -46,10 +49,11 @@ SAME_WORK = ["rollout.dynamic_sampling=false", "env.group_symmetries=false",
              "learner.checkpoint_every=0", "wandb.mode=disabled", "ray.address=local"]
 
 
-def arl_steps(steps: int, warmup: int) -> tuple[Config, list[float]]:
+def arl_steps(steps: int, warmup: int, *overrides: str) -> tuple[Config, list[float]]:
     """(the resolved config, arl's `timing/step` of every step after the warm-up)."""
     with tempfile.TemporaryDirectory() as out:
-        cfg = load_config([CONFIG], [*SAME_WORK, f"steps={steps}", f"output_dir={out}"])
+        cfg = load_config([CONFIG], [*SAME_WORK, *overrides, f"steps={steps}",
+                                     f"output_dir={out}"])
         train(cfg, use_ray=True)
         with open(f"{out}/{cfg.run_name}/metrics.jsonl", encoding="utf-8") as f:
             rows = [json.loads(line) for line in f]
@@ -136,15 +140,21 @@ def main() -> None:
     parser.add_argument("--trl-dtype", default="float32", choices=("float32", "bfloat16"))
     args = parser.parse_args()
     cfg, arl = arl_steps(args.steps, args.warmup)
+    _, arl_pass = arl_steps(args.steps, args.warmup, "learner.old_logprobs=learner")
     trl = trl_steps(cfg, args.steps, args.warmup, args.trl_dtype)
     result = {"arl_step_s": round(statistics.median(arl), 3),
+              "arl_learner_pass_step_s": round(statistics.median(arl_pass), 3),
               "trl_step_s": round(statistics.median(trl), 3),
               "arl_steps": len(arl), "trl_steps": len(trl), "trl_dtype": args.trl_dtype,
               "arl_engine_dtype": resolve_dtype(cfg.model.dtype),
               "arl_learner_dtype": cfg.learner.dtype}
     result["trl_step_ratio"] = round(result["arl_step_s"] / result["trl_step_s"], 3)
-    print(f"arl {result['arl_step_s']:.3f} s/step, TRL GRPOTrainer (GSPO) "
-          f"{result['trl_step_s']:.3f} s per generation batch: ratio {result['trl_step_ratio']}")
+    result["trl_step_ratio_learner_pass"] = round(
+        result["arl_learner_pass_step_s"] / result["trl_step_s"], 3)
+    print(f"arl {result['arl_step_s']:.3f} s/step ({result['arl_learner_pass_step_s']:.3f} with "
+          f"the learner's own pass for the old log-probs, as TRL makes), TRL GRPOTrainer (GSPO) "
+          f"{result['trl_step_s']:.3f} s per generation batch: ratio {result['trl_step_ratio']} "
+          f"({result['trl_step_ratio_learner_pass']})")
     print(json.dumps(result))
 
 
