@@ -1,5 +1,5 @@
 """Where a one-move policy stands on each board: the exact probability it gives every square
-(teacher-forced over the well-formed `choose_square` calls, in three spellings each), on fresh
+(teacher-forced over the well-formed `choose_square` calls, in nine spellings each), on fresh
 boards of the training distribution (`tictactoe_move`, 2-7 marks by default).
 
 A sampled reward says how often the policy is right; this says how it is wrong. A board is
@@ -36,9 +36,10 @@ from envs.tictactoe_move import TicTacToeMoveEnv, move_outcome, outcome_reward  
 
 FIRST_SEED = 10**6  # far from the seeds a training run draws its boards with
 DECIDED, WRONG = 0.9, 0.1
-# A policy can drift to another valid JSON spelling of the same call (two spaces before the
-# square, or none); each spelling is a different text, so their probabilities add up.
-SPACINGS = ("", " ", "  ")
+# A policy can drift to another valid JSON spelling of the same call (no space before the
+# square, or several: long runs were seen to drift to six); each spelling is a different
+# text, so their probabilities add up.
+SPACINGS = tuple(" " * n for n in range(9))
 
 
 def call_texts(square: int) -> list[str]:

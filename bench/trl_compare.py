@@ -16,9 +16,9 @@ The same work on both sides, per step (TRL: per generation batch):
 arl runs the demo config with dynamic sampling, group symmetries, the entropy bonus, the
 warm-up, the batch baseline and the odds cap off (they change the work or the loss: GSPO with
 one baseline per group, as TRL computes it) through its embedded Ray cluster: its step is
-`timing/step`. It runs twice: as the demo anchors the clip of mini-batches 2-4, with the
-sampler's log-probs (`learner.old_logprobs: sampler`), and with a no-grad pass of the
-learner's own for them, as TRL computes its old log-probs (`trl_step_ratio_learner_pass`).
+`timing/step`. It runs twice: with the old log-probs of mini-batches 2-4 from a no-grad pass
+of the learner's own, as the demo and TRL compute them, and with the sampler's instead
+(`learner.old_logprobs: sampler`, no pass: `trl_step_ratio_sampler`).
 TRL's step is the wall time from one generation batch's first optimizer step to the next
 one's. Medians after the first WARMUP steps. Prints `trl_step_ratio` = arl's step / TRL's
 (lower: arl faster).
@@ -140,21 +140,21 @@ def main() -> None:
     parser.add_argument("--trl-dtype", default="float32", choices=("float32", "bfloat16"))
     args = parser.parse_args()
     cfg, arl = arl_steps(args.steps, args.warmup)
-    _, arl_pass = arl_steps(args.steps, args.warmup, "learner.old_logprobs=learner")
+    _, arl_sampler = arl_steps(args.steps, args.warmup, "learner.old_logprobs=sampler")
     trl = trl_steps(cfg, args.steps, args.warmup, args.trl_dtype)
     result = {"arl_step_s": round(statistics.median(arl), 3),
-              "arl_learner_pass_step_s": round(statistics.median(arl_pass), 3),
+              "arl_sampler_step_s": round(statistics.median(arl_sampler), 3),
               "trl_step_s": round(statistics.median(trl), 3),
               "arl_steps": len(arl), "trl_steps": len(trl), "trl_dtype": args.trl_dtype,
               "arl_engine_dtype": resolve_dtype(cfg.model.dtype),
               "arl_learner_dtype": cfg.learner.dtype}
     result["trl_step_ratio"] = round(result["arl_step_s"] / result["trl_step_s"], 3)
-    result["trl_step_ratio_learner_pass"] = round(
-        result["arl_learner_pass_step_s"] / result["trl_step_s"], 3)
-    print(f"arl {result['arl_step_s']:.3f} s/step ({result['arl_learner_pass_step_s']:.3f} with "
-          f"the learner's own pass for the old log-probs, as TRL makes), TRL GRPOTrainer (GSPO) "
+    result["trl_step_ratio_sampler"] = round(
+        result["arl_sampler_step_s"] / result["trl_step_s"], 3)
+    print(f"arl {result['arl_step_s']:.3f} s/step ({result['arl_sampler_step_s']:.3f} with the "
+          f"sampler's log-probs as the old ones), TRL GRPOTrainer (GSPO) "
           f"{result['trl_step_s']:.3f} s per generation batch: ratio {result['trl_step_ratio']} "
-          f"({result['trl_step_ratio_learner_pass']})")
+          f"({result['trl_step_ratio_sampler']})")
     print(json.dumps(result))
 
 

@@ -19,15 +19,6 @@ def test_every_shipped_config_validates(path):
     assert isinstance(cfg, Config)
 
 
-@pytest.mark.parametrize("overlay", ["async.yaml", "tictactoe_move_ling.yaml"])
-def test_the_demo_config_takes_the_overlays_the_readme_names(overlay):
-    # the demo anchors its clip with the sampler's log-probs, which only sync mode allows;
-    # the async overlay puts back the learner's own pass
-    cfg = load_config([str(ROOT / "configs/tictactoe_move.yaml"), str(ROOT / "configs" / overlay)],
-                      check_paths=False)
-    assert cfg.learner.old_logprobs == ("learner" if cfg.mode == "async" else "sampler")
-
-
 def test_files_then_overrides(tmp_path):
     a = tmp_path / "a.yaml"
     a.write_text("seed: 3\nrollout:\n  group_size: 4\n")
