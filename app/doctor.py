@@ -142,12 +142,12 @@ def model_check(cfg: Config) -> Check:
                 else "set model.path to a model directory, a GGUF file or pkg:<dist>/<file>")
         return Check("model", False, f"{path} does not exist ({err})", hint)
     try:
+        from app.start_model import starting_model
         from arl.dtypes import resolve
-        from learner.gguf import prepare_model
         from learner.model import load_model
 
         dtype = resolve(cfg.model.dtype)  # the doctor loads on the CPU
-        model, tokenizer = load_model(prepare_model(path), dtype)
+        model, tokenizer = load_model(starting_model(path), dtype)
     except Exception as err:  # noqa: BLE001 - any failure to load is the finding itself
         return Check("model", False, f"{path} does not load: {type(err).__name__}: {err}",
                      "check the directory holds config.json, weights and a tokenizer")

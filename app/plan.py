@@ -270,9 +270,9 @@ def as_json(summary: dict) -> str:
 
 def run_plan(cfg: Config, args) -> int:
     """`arl plan`: the plan's table, then its JSON line; exit 1 if it does not fit."""
-    from learner.gguf import prepare_model
+    from app.start_model import starting_model
 
-    cfg.model.path = prepare_model(cfg.model.path)
+    cfg.model.path = starting_model(cfg.model.path)
     shape = model_shape(cfg.model.path, cfg.learner.lora.target_modules)
     prompt = args.prompt_tokens if args.prompt_tokens else prompt_tokens(cfg)
     lines, summary, fits = report(cfg, shape, _machine(args), prompt)

@@ -21,6 +21,7 @@ from actors.cluster import Cluster
 from actors.pipeline import AsyncRollouts
 from actors.rollout_pool import RolloutBatch
 from app.run import Run, checkpoint_step, run_dir
+from app.start_model import starting_model
 from app.step_metrics import StepDone, step_metrics
 from app.stop import StopOnSignal, Stopped
 from arl.config import Config, ConfigError, require_extras
@@ -32,7 +33,6 @@ from arl.gspo import group_advantages, informative_groups
 from arl.metrics import Metrics
 from arl.steps import start_states, transcripts_wanted
 from arl.types import EpisodeSummary
-from learner.gguf import prepare_model
 
 __all__ = ["LearnerFailed", "NonFiniteError", "Stopped", "train"]
 log = logging.getLogger(__name__)
@@ -57,9 +57,10 @@ def train(cfg: Config, use_ray: bool = True) -> Metrics:
     # The first line of a run's (or a Ray job's) log says where its outputs go.
     print(f"arl train: run directory {run_dir(cfg)}", flush=True)
     require_extras(cfg)  # before Ray starts: a missing extra is a config error
-    # A GGUF model is converted once into a cached HF directory that every worker loads.
+    # A GGUF model or another run's checkpoint becomes, once, a cached HF directory that
+    # every worker loads.
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(
-        cfg.model, path=prepare_model(cfg.model.path)))
+        cfg.model, path=starting_model(cfg.model.path)))
     positions = _read_positions(cfg)
     with Run(cfg) as run, Cluster(cfg, use_ray=use_ray) as cluster, StopOnSignal() as stop:
         resumed = cluster.load_checkpoint(run.resume_from) if run.resume_from else {}

@@ -49,8 +49,8 @@ ARCHITECTURES = ("qwen2", "bailing_hybrid")
 @dataclass
 class ModelConfig:
     path: str = opt("cache:tiny-warmstart", "the policy: a model folder, cache:<name> (a model "
-                    "arl built, in $ARL_HOME/models), a .gguf file, pkg:<dist>/<file> or a hub "
-                    "id")
+                    "arl built, in $ARL_HOME/models), a .gguf file, pkg:<dist>/<file>, a hub "
+                    "id, or an arl checkpoint or run directory (its newest checkpoint)")
     dtype: str = opt("auto", "rollout engine dtype; auto: bfloat16 on a GPU or a CPU with "
                      "bf16 instructions, else float32", choices=DTYPES)
 

@@ -124,3 +124,28 @@ def test_keep_checkpoints_prunes_all_but_the_newest(tmp_path, warm_model_dir):
     assert [os.path.basename(r) for r in removed] == ["step_000001", "step_000002"]
     assert left == ["latest", "step_000003", "step_000004"]
     assert os.path.isfile(os.path.join(run.dir, "checkpoints", "step_000004", MANIFEST_FILE))
+
+
+def test_a_run_starts_from_another_runs_checkpoint(run_dir, warm_model_dir, tmp_path,
+                                                   monkeypatch):
+    """model.path may name a run (its newest checkpoint): exported once into the cache, with
+    the learner's weights bit for bit; a model folder stays what it is."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from app.start_model import starting_model
+
+    monkeypatch.setenv("ARL_HOME", str(tmp_path))
+    ckpt = run_dir / "checkpoints" / "step_000001"
+    folder = starting_model(str(run_dir))
+    assert folder.startswith(str(tmp_path / "models" / "checkpoints" / "myrun-step_000001-"))
+    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
+    trained = load_checkpoint(ckpt).state.model
+    for name, param in model.named_parameters():
+        assert torch.equal(param, trained[name]), name
+    written = os.path.getmtime(os.path.join(folder, "model.safetensors"))
+    for given in (run_dir / "checkpoints", ckpt):  # the same checkpoint: the same folder
+        assert starting_model(str(given)) == folder
+    assert os.path.getmtime(os.path.join(folder, "model.safetensors")) == written
+    assert starting_model(warm_model_dir) == os.path.abspath(warm_model_dir)
+    assert main(["plan", "configs/tictactoe_move.yaml", f"model.path={run_dir}"]) in (0, 1)

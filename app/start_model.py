@@ -1,0 +1,61 @@
+"""Where a run's weights start: `model.path` as a local HF model folder that every worker loads.
+
+Besides what `learner.gguf.prepare_model` takes (a model folder, `cache:<name>`, a GGUF file,
+`pkg:<dist>/<file>`, a hub id), `model.path` may name an arl checkpoint, or a run directory or
+its `checkpoints/` folder (their newest checkpoint): a run then starts from another run's
+policy, as full games start from the one-move task's (configs/tictactoe_move_board.yaml). The
+checkpoint is exported once (learner/export.py, its hashes verified first) into
+$ARL_HOME/models/checkpoints/<run>-<step>-<digest>, named after the sha256 of its manifest
+(which holds every file's hash), so a later run, the doctor and the plan reuse the folder.
+"""
+
+from __future__ import annotations
+
+import os
+
+from app.run import latest_checkpoint
+from arl.model_path import CACHE_PREFIX, cache_dir, local_path
+from learner.checkpoint import MANIFEST_FILE, sha256_file
+
+CHECKPOINT_MODELS = "checkpoints"  # under $ARL_HOME/models
+
+
+def starting_model(path: str) -> str:
+    """A local HF model folder (absolute) for `model.path` (see the module docstring)."""
+    from learner.gguf import prepare_model
+
+    checkpoint = checkpoint_in(path)
+    return exported(checkpoint) if checkpoint else prepare_model(path)
+
+
+def checkpoint_in(path: str) -> str | None:
+    """The arl checkpoint `path` names (itself, or the newest in a run directory or its
+    `checkpoints/`), or None if it names none (a model folder, a file, a hub id, ...)."""
+    if path.startswith("pkg:"):
+        return None
+    try:
+        folder = local_path(path) if path.startswith(CACHE_PREFIX) else path
+    except ValueError:
+        return None  # not a name in the cache: prepare_model says what is wrong
+    if not os.path.isdir(folder):
+        return None
+    if os.path.isfile(os.path.join(folder, MANIFEST_FILE)):
+        return folder
+    for candidate in (os.path.join(folder, "checkpoints"), folder):
+        found = latest_checkpoint(candidate)
+        if found is not None:
+            return found
+    return None
+
+
+def exported(checkpoint: str) -> str:
+    """The HF model folder of `checkpoint` in the cache, exported there on first use."""
+    from learner.export import export_checkpoint
+
+    checkpoint = os.path.abspath(checkpoint)
+    run = os.path.basename(os.path.dirname(os.path.dirname(checkpoint))) or "run"
+    digest = sha256_file(os.path.join(checkpoint, MANIFEST_FILE))[:12]
+    target = cache_dir(CHECKPOINT_MODELS, f"{run}-{os.path.basename(checkpoint)}-{digest}")
+    if not os.path.isfile(os.path.join(target, "config.json")):
+        export_checkpoint(checkpoint, target)  # atomic: the folder appears complete or not
+    return os.path.abspath(target)
