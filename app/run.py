@@ -252,18 +252,27 @@ def resolve_checkpoint(path: str) -> str:
         return str(pointed)
     if not os.path.isdir(path):
         raise UserError(f"no checkpoint, run directory or model folder at {path}")
-    if os.path.isfile(os.path.join(path, MANIFEST_FILE)):
-        return path
-    for folder in (os.path.join(path, "checkpoints"), path):
-        found = latest_checkpoint(folder)
-        if found is not None:
-            return found
+    found = checkpoint_under(path)
+    if found is not None:
+        return found
     # A run directory has a config.json too (the run's); a model folder has weights.
     if os.path.isfile(os.path.join(path, "config.json")) and any(
             name.endswith((".safetensors", ".bin", ".gguf")) for name in os.listdir(path)):
         return path
     raise UserError(f"{path} holds no checkpoint (a run writes them to "
                     "runs/<name>/checkpoints/step_<n>) and no model (config.json)")
+
+
+def checkpoint_under(folder: str) -> str | None:
+    """The checkpoint `folder` is, else the newest in its `checkpoints/` or in it (a run
+    directory, or a run's checkpoints/); None if there is none."""
+    if os.path.isfile(os.path.join(folder, MANIFEST_FILE)):
+        return folder
+    for candidate in (os.path.join(folder, "checkpoints"), folder):
+        found = latest_checkpoint(candidate)
+        if found is not None:
+            return found
+    return None
 
 
 def _named_checkpoint(folder: str, name: str) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from app.run import latest_checkpoint
+from app.run import checkpoint_under
 from arl.model_path import CACHE_PREFIX, cache_dir, local_path
 from learner.checkpoint import MANIFEST_FILE, sha256_file
 
@@ -37,15 +37,7 @@ def checkpoint_in(path: str) -> str | None:
         folder = local_path(path) if path.startswith(CACHE_PREFIX) else path
     except ValueError:
         return None  # not a name in the cache: prepare_model says what is wrong
-    if not os.path.isdir(folder):
-        return None
-    if os.path.isfile(os.path.join(folder, MANIFEST_FILE)):
-        return folder
-    for candidate in (os.path.join(folder, "checkpoints"), folder):
-        found = latest_checkpoint(candidate)
-        if found is not None:
-            return found
-    return None
+    return checkpoint_under(folder) if os.path.isdir(folder) else None
 
 
 def exported(checkpoint: str) -> str:
