@@ -52,7 +52,7 @@ demo: warmstart
 # those boards, then whole games against epsilon-minimax from that run's last checkpoint.
 games: venv-base
 	$(VENV)/bin/arl warmstart configs/warmstart_board.yaml
-	$(VENV)/bin/arl train configs/tictactoe_move_board.yaml
+	$(VENV)/bin/arl train configs/tictactoe_move.yaml configs/tictactoe_move_board.yaml
 	$(VENV)/bin/arl train configs/tictactoe_board.yaml
 
 # A real pretrained model on the CPU: SmolLM2-135M-Instruct, the GGUF file inside the

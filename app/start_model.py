@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from app.run import checkpoint_under
-from arl.model_path import CACHE_PREFIX, cache_dir, local_path
+from arl.model_path import cache_dir, local_path
 from learner.checkpoint import MANIFEST_FILE, sha256_file
 
 CHECKPOINT_MODELS = "checkpoints"  # under $ARL_HOME/models
@@ -31,10 +31,8 @@ def starting_model(path: str) -> str:
 def checkpoint_in(path: str) -> str | None:
     """The arl checkpoint `path` names (itself, or the newest in a run directory or its
     `checkpoints/`), or None if it names none (a model folder, a file, a hub id, ...)."""
-    if path.startswith("pkg:"):
-        return None
     try:
-        folder = local_path(path) if path.startswith(CACHE_PREFIX) else path
+        folder = local_path(path)  # cache:<name> as its folder; any other path as it is
     except ValueError:
         return None  # not a name in the cache: prepare_model says what is wrong
     return checkpoint_under(folder) if os.path.isdir(folder) else None
@@ -50,4 +48,4 @@ def exported(checkpoint: str) -> str:
     target = cache_dir(CHECKPOINT_MODELS, f"{run}-{os.path.basename(checkpoint)}-{digest}")
     if not os.path.isfile(os.path.join(target, "config.json")):
         export_checkpoint(checkpoint, target)  # atomic: the folder appears complete or not
-    return os.path.abspath(target)
+    return target
