@@ -14,6 +14,7 @@ TORCH_INDEX ?=
 PIP := $(VENV)/bin/python -m pip
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 DEMO_CONFIG ?= configs/tictactoe_move.yaml
+DEMO_WARMSTART ?= configs/warmstart_board.yaml
 
 .PHONY: demo games demo-smollm2 test test-slow test-vllm lint venv venv-base venv-smollm2 venv-vllm \
 	warmstart clean
@@ -45,14 +46,14 @@ venv: $(VENV)/.installed
 warmstart: venv-base
 	$(VENV)/bin/arl warmstart
 
-demo: warmstart
+# The warm start on every board a game reaches (0-8 marks), then the one-move task on them.
+demo: venv-base
+	$(VENV)/bin/arl warmstart $(DEMO_WARMSTART)
 	$(VENV)/bin/arl train $(DEMO_CONFIG)
 
-# Full games from the empty board: the warm start on boards with 0-8 marks, the one-move task on
-# those boards, then whole games against epsilon-minimax from that run's last checkpoint.
-games: venv-base
-	$(VENV)/bin/arl warmstart configs/warmstart_board.yaml
-	$(VENV)/bin/arl train configs/tictactoe_move.yaml configs/tictactoe_move_board.yaml
+# Full games from the empty board: the demo, then whole games against epsilon-minimax from the
+# demo run's last checkpoint.
+games: demo
 	$(VENV)/bin/arl train configs/tictactoe_board.yaml
 
 # A real pretrained model on the CPU: SmolLM2-135M-Instruct, the GGUF file inside the

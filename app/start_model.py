@@ -3,7 +3,7 @@
 Besides what `learner.gguf.prepare_model` takes (a model folder, `cache:<name>`, a GGUF file,
 `pkg:<dist>/<file>`, a hub id), `model.path` may name an arl checkpoint, or a run directory or
 its `checkpoints/` folder (their newest checkpoint): a run then starts from another run's
-policy, as full games start from the one-move task's (configs/tictactoe_move_board.yaml). The
+policy, as full games start from the demo's (configs/tictactoe_board.yaml). The
 checkpoint is exported once (learner/export.py, its hashes verified first) into
 $ARL_HOME/models/checkpoints/<run>-<step>-<digest>, named after the sha256 of its manifest
 (which holds every file's hash), so a later run, the doctor and the plan reuse the folder.
