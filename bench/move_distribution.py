@@ -1,6 +1,7 @@
 """Where a one-move policy stands on each board: the exact probability it gives every square
 (teacher-forced over the well-formed `choose_square` calls, in nine spellings each), on fresh
-boards of the training distribution (`tictactoe_move`, 2-7 marks by default).
+boards of the one-move task (`tictactoe_move`; 2-7 marks by default, the reference
+distribution: the demo trains on 0-8).
 
 A sampled reward says how often the policy is right; this says how it is wrong. A board is
 *decided* when one square holds over 90 % of the policy's mass, and *decided wrong* when
