@@ -59,6 +59,7 @@ def model_file(path: str) -> str:
             raise ModelUnavailable(f"{path!r}: package {dist!r} has no file {name!r}")
         return str(found[0].locate())
     built = path.startswith(CACHE_PREFIX)
+    name_in_cache = path[len(CACHE_PREFIX):]
     path = local_path(path)
     if path.endswith(".gguf"):
         if not os.path.isfile(path):
@@ -66,13 +67,38 @@ def model_file(path: str) -> str:
         return path
     if not os.path.isdir(path):
         if built:
-            raise ModelUnavailable(f"no model at {path!r} (ARL_HOME={arl_home()}): run "
-                                    "`arl warmstart` (with the same ARL_HOME) to build it")
+            raise ModelUnavailable(
+                f"no model at {path!r} (ARL_HOME={arl_home()}): run "
+                f"`{warmstart_command(name_in_cache)}` (with the same ARL_HOME) to build it")
         if is_hub_id(path):
             return path  # downloaded once by learner.gguf.prepare_model, where a hub is reachable
         raise ModelUnavailable(
             f"no model directory at {path!r} (run `arl warmstart` to build the tiny one)")
     return path
+
+
+def warmstart_command(name: str, root: str = ".") -> str:
+    """The command that builds `cache:<name>`: `arl warmstart CONFIG` for the first YAML file
+    under `root`/configs or `root`/examples whose `warmstart.output` is `cache:<name>` (each
+    warm start is named by its config), else `arl warmstart` with that output set."""
+    import yaml
+
+    for folder in ("configs", "examples"):
+        directory = os.path.join(root, folder)
+        if not os.path.isdir(directory):
+            continue
+        for file in sorted(os.listdir(directory)):
+            if not file.endswith((".yaml", ".yml")):
+                continue
+            try:
+                with open(os.path.join(directory, file), encoding="utf-8") as f:
+                    data = yaml.safe_load(f)
+            except (OSError, yaml.YAMLError):
+                continue  # not ours to judge here: config loading reports its own errors
+            warm = data.get("warmstart") if isinstance(data, dict) else None
+            if isinstance(warm, dict) and warm.get("output") == CACHE_PREFIX + name:
+                return f"arl warmstart {folder}/{file}"
+    return f"arl warmstart warmstart.output={CACHE_PREFIX}{name}"
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")

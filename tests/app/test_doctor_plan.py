@@ -38,6 +38,10 @@ def test_doctor_lists_every_problem_of_a_bad_setup(tmp_path, capsys, monkeypatch
     assert "model: " in out and "does not exist" in out
     assert main(["doctor", CI, "rollout.group_size=1"]) == 1  # a config error is a problem too
     assert "rollout.group_size" in capsys.readouterr().out
+    # A warm start not built yet: the hint names the config that builds that one.
+    monkeypatch.setenv("ARL_HOME", str(tmp_path))
+    assert main(["doctor", CI, "model.path=cache:tiny-warmstart-board"]) == 1
+    assert "arl warmstart configs/warmstart_board.yaml" in capsys.readouterr().out
 
 
 def test_doctor_never_prints_the_wandb_key(warm_model_dir, capsys, monkeypatch):
