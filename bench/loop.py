@@ -1,7 +1,7 @@
 """The training loop against its physical limits, measured in one run on this machine.
 
 Usage: python bench/loop.py [STEPS] [REPEATS]   (default 20 steps, 3 repeats; needs
-`arl warmstart` first)
+the demo's warm start first: `arl warmstart configs/warmstart_board.yaml`)
 
 Each repeat runs STEPS sync steps of the demo config on an embedded Ray cluster (its policy
 held at the warm start, see `loop_run`), then, in this process with the same thread count,
