@@ -58,8 +58,7 @@ def model_file(path: str) -> str:
         if not found:
             raise ModelUnavailable(f"{path!r}: package {dist!r} has no file {name!r}")
         return str(found[0].locate())
-    built = path.startswith(CACHE_PREFIX)
-    name_in_cache = path[len(CACHE_PREFIX):]
+    given, built = path, path.startswith(CACHE_PREFIX)
     path = local_path(path)
     if path.endswith(".gguf"):
         if not os.path.isfile(path):
@@ -69,7 +68,8 @@ def model_file(path: str) -> str:
         if built:
             raise ModelUnavailable(
                 f"no model at {path!r} (ARL_HOME={arl_home()}): run "
-                f"`{warmstart_command(name_in_cache)}` (with the same ARL_HOME) to build it")
+                f"`{warmstart_command(given[len(CACHE_PREFIX):])}` (with the same ARL_HOME) "
+                "to build it")
         if is_hub_id(path):
             return path  # downloaded once by learner.gguf.prepare_model, where a hub is reachable
         raise ModelUnavailable(
@@ -77,21 +77,20 @@ def model_file(path: str) -> str:
     return path
 
 
-def warmstart_command(name: str, root: str = ".") -> str:
+def warmstart_command(name: str) -> str:
     """The command that builds `cache:<name>`: `arl warmstart CONFIG` for the first YAML file
-    under `root`/configs or `root`/examples whose `warmstart.output` is `cache:<name>` (each
-    warm start is named by its config), else `arl warmstart` with that output set."""
+    under ./configs or ./examples whose `warmstart.output` is `cache:<name>` (each warm start
+    is named by its config), else `arl warmstart` with that output set."""
     import yaml
 
     for folder in ("configs", "examples"):
-        directory = os.path.join(root, folder)
-        if not os.path.isdir(directory):
+        if not os.path.isdir(folder):
             continue
-        for file in sorted(os.listdir(directory)):
+        for file in sorted(os.listdir(folder)):
             if not file.endswith((".yaml", ".yml")):
                 continue
             try:
-                with open(os.path.join(directory, file), encoding="utf-8") as f:
+                with open(os.path.join(folder, file), encoding="utf-8") as f:
                     data = yaml.safe_load(f)
             except (OSError, yaml.YAMLError):
                 continue  # not ours to judge here: config loading reports its own errors
