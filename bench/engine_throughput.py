@@ -1,6 +1,8 @@
 """HF rollout engine throughput: generated tokens/s at batch 8, 32 and 64, bf16 vs fp32.
 
-Usage: python bench/engine_throughput.py [MODEL_DIR]   (default: the warm-start model)
+Usage: python bench/engine_throughput.py [MODEL] [THREADS]
+       (default cache:tiny-warmstart-board, the demo's warm start; 2 threads, as the demo's
+       rollout worker)
 Prints one line per setting and, last, a JSON line with the bf16/fp32 ratio at batch 64.
 Both dtypes run in this one process on the same prompts, so the ratio is comparable even on
 a noisy machine; absolute numbers are not.
@@ -16,10 +18,12 @@ import torch
 
 from actors.engines.hf import HFEngine
 from arl.episode import ChatRenderer
+from arl.model_path import local_path
 from arl.types import SamplingParams
 from envs.registry import env_config, make_env
 
-MODEL = sys.argv[1] if len(sys.argv) > 1 else "cache:tiny-warmstart"
+MODEL = local_path(sys.argv[1] if len(sys.argv) > 1 else "cache:tiny-warmstart-board")
+THREADS = int(sys.argv[2]) if len(sys.argv) > 2 else 2
 NEW_TOKENS = 32
 
 
@@ -36,7 +40,7 @@ def tokens_per_s(engine: HFEngine, prompts: list[list[int]], repeats: int = 3) -
 
 
 def main() -> None:
-    torch.set_num_threads(1)
+    torch.set_num_threads(THREADS)
     results: dict[tuple[str, int], float] = {}
     for dtype in ("bfloat16", "float32"):
         engine = HFEngine(MODEL, dtype=dtype)
