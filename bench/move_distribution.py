@@ -26,8 +26,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from actors.evaluate import load_policy  # noqa: E402
+from app.run import resolve_checkpoint  # noqa: E402
 from arl.episode import ChatRenderer  # noqa: E402
-from arl.model_path import local_path  # noqa: E402
 from arl.tools import format_tool_call  # noqa: E402
 from arl.types import ToolCall  # noqa: E402
 from envs import tictactoe_rules as rules  # noqa: E402
@@ -64,7 +64,8 @@ def square_probs(model, prompt: list[int], replies: list[list[int]]) -> np.ndarr
 
 
 def board_rows(policy: str, boards: int, min_marks: int, max_marks: int) -> list[dict]:
-    engine = load_policy(local_path(policy))  # a cache:<name> folder too
+    # A run directory (its newest checkpoint), a checkpoint, a model folder or cache:<name>.
+    engine = load_policy(resolve_checkpoint(policy))
     tokenizer = engine.get_tokenizer()
     renderer = ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
     cfg = env_config("tictactoe_move", min_marks=min_marks, max_marks=max_marks)
@@ -114,7 +115,8 @@ def summary(rows: list[dict]) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", required=True, help="a checkpoint or model folder")
+    parser.add_argument("--checkpoint", required=True,
+                        help="a run directory, checkpoint, model folder or cache:<name>")
     parser.add_argument("--boards", type=int, default=400)
     parser.add_argument("--min-marks", type=int, default=2)
     parser.add_argument("--max-marks", type=int, default=7)
