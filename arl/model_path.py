@@ -68,7 +68,7 @@ def model_file(path: str) -> str:
         if built:
             raise ModelUnavailable(
                 f"no model at {path!r} (ARL_HOME={arl_home()}): run "
-                f"`{warmstart_command(given[len(CACHE_PREFIX):])}` (with the same ARL_HOME) "
+                f"`{warmstart_command(given)}` (with the same ARL_HOME) "
                 "to build it")
         if is_hub_id(path):
             return path  # downloaded once by learner.gguf.prepare_model, where a hub is reachable
@@ -77,10 +77,10 @@ def model_file(path: str) -> str:
     return path
 
 
-def warmstart_command(name: str) -> str:
-    """The command that builds `cache:<name>`: `arl warmstart CONFIG` for the first YAML file
-    under ./configs or ./examples whose `warmstart.output` is `cache:<name>` (each warm start
-    is named by its config), else `arl warmstart` with that output set."""
+def warmstart_command(cached: str) -> str:
+    """The command that builds the model `cached` (`cache:<name>`): `arl warmstart CONFIG` for
+    the first YAML file under ./configs or ./examples whose `warmstart.output` is `cached`
+    (each warm start is named by its config), else `arl warmstart` with that output set."""
     import yaml
 
     for folder in ("configs", "examples"):
@@ -95,9 +95,9 @@ def warmstart_command(name: str) -> str:
             except (OSError, yaml.YAMLError):
                 continue  # not ours to judge here: config loading reports its own errors
             warm = data.get("warmstart") if isinstance(data, dict) else None
-            if isinstance(warm, dict) and warm.get("output") == CACHE_PREFIX + name:
+            if isinstance(warm, dict) and warm.get("output") == cached:
                 return f"arl warmstart {folder}/{file}"
-    return f"arl warmstart warmstart.output={CACHE_PREFIX}{name}"
+    return f"arl warmstart warmstart.output={cached}"
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
