@@ -11,14 +11,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from actors.engines.hf import HFEngine
-from arl.config import EnvConfig
+from arl.config import EnvConfig, recorded_env
 from arl.env_spec import resolve_env
 from arl.episode import ChatRenderer, run_episodes
 from arl.evaluation import GAME_OUTCOMES, Rate, game_outcome
 from arl.protocols import RolloutEngine
 from arl.types import SamplingParams, Trajectory
 from envs.registry import make_env
-from learner.checkpoint import MANIFEST_FILE
+from learner.checkpoint import MANIFEST_FILE, recorded_config
 from learner.export import export_checkpoint
 
 
@@ -86,15 +86,13 @@ def load_policy(path: str, dtype: str = "auto") -> HFEngine:
 
 
 def trained_env(path: str) -> dict:
-    """The env config (as JSON) of the run a checkpoint comes from; {} for a model folder or
-    a checkpoint that records none."""
-    learner_json = os.path.join(path, "learner.json")
-    if not os.path.isfile(os.path.join(path, MANIFEST_FILE)) or not os.path.isfile(learner_json):
+    """The env section of the run a checkpoint comes from, checked as data: only keys of an
+    installed env, nothing that names code (`arl.config.recorded_env`, UserError if it
+    does); {} for a model folder or a checkpoint that records none."""
+    if not os.path.isfile(os.path.join(path, MANIFEST_FILE)):
         return {}
-    import json
-
-    with open(learner_json, encoding="utf-8") as f:
-        return json.load(f).get("extra", {}).get("config", {}).get("env", {})
+    env = recorded_config(path).get("env")
+    return recorded_env(env, f"checkpoint {path}") if env else {}
 
 
 def checkpoint_step_of(path: str) -> int:

@@ -13,7 +13,7 @@ import sys
 
 from arl.config import load_config
 from arl.dtypes import DTYPES
-from arl.errors import UserError
+from arl.errors import UserError, one_line
 
 TRAIN_EPILOG = """\
 outputs: runs/<run_name>/ under output_dir (default ./runs; in a Ray job, relative paths go
@@ -34,8 +34,15 @@ examples:
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors on one line (exit status 2), as every other error of arl's."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: {one_line(message)} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="arl", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="arl", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="GSPO training (embedded Ray, or the cluster it runs on)",
                            epilog=TRAIN_EPILOG, formatter_class=argparse.RawTextHelpFormatter)
@@ -134,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except UserError as err:
-        print(f"arl {args.command}: {err}", file=sys.stderr)
+        print(f"arl {args.command}: {one_line(str(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # a second Ctrl-C during training, or one anywhere else
         print(f"arl {args.command}: interrupted", file=sys.stderr)
@@ -149,10 +156,10 @@ def _train(args: argparse.Namespace) -> int:
     try:
         metrics = train(cfg)
     except Stopped as err:
-        print(f"arl: {err}", file=sys.stderr)
+        print(f"arl: {one_line(str(err))}", file=sys.stderr)
         return 128 + err.signum
     except (NonFiniteError, CheckpointError, LearnerFailed) as err:
-        print(f"arl: {err}", file=sys.stderr)
+        print(f"arl: {one_line(str(err))}", file=sys.stderr)
         return 3
     reward = metrics.get("rollout/reward_mean")  # absent: resumed a finished run
     print(f"done: {cfg.steps} steps" + ("" if reward is None else

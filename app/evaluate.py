@@ -4,13 +4,12 @@ positions file, with 95 % intervals; a table for people, then one JSON line for 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 
 from app.run import resolve_checkpoint
 from arl.config import ConfigError, EnvConfig, load_config
 from arl.env_spec import resolve_env
-from arl.errors import UserError
+from arl.errors import UserError, shown
 from arl.evaluation import read_positions
 from arl.types import SamplingParams
 
@@ -19,9 +18,7 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.games < 1 or args.samples < 0:
         raise UserError("--games must be >= 1 and --samples >= 0")
     checkpoint = resolve_checkpoint(args.checkpoint)
-    from actors.evaluate import trained_env
-
-    env_cfg = _env_config(args, trained_env(checkpoint))
+    env_cfg = _env_config(args, checkpoint)
     spec = resolve_env(env_cfg.name)
     positions = _positions(args.positions, spec, env_cfg) if args.positions else None
     opponent, played = args.opponent or _default_opponent(spec, env_cfg), env_cfg.name
@@ -58,24 +55,29 @@ def run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _env_config(args: argparse.Namespace, trained: dict) -> EnvConfig:
+def _env_config(args: argparse.Namespace, checkpoint: str) -> EnvConfig:
     """The env config `arl eval` plays: `--env` with its defaults, or without it the env the
-    checkpoint was trained on with all its keys (a model folder: tictactoe); then the
-    `env.key=value` overrides, and `--board-format`."""
-    values = {"name": args.env} if args.env is not None else dict(trained or {"name": "tictactoe"})
+    checkpoint was trained on with all its keys, checked as data (`trained_env`: nothing it
+    names is imported; a model folder: tictactoe); then the `env.key=value` overrides, and
+    `--board-format`."""
     overrides = list(args.overrides)
     if args.board_format:
         overrides.append(f"env.board_format={args.board_format}")
     bad = [o for o in overrides if not o.startswith("env.") or "=" not in o]
     if bad:
-        raise UserError(f"{bad[0]!r}: arl eval takes env.key=value overrides only")
-    given = {o.split("=", 1)[0][4:] for o in overrides}
+        raise UserError(f"{shown(bad[0])}: arl eval takes env.key=value overrides only")
+    if args.env is not None:
+        name, recorded = args.env, None
+    else:
+        from actors.evaluate import trained_env
+
+        trained = trained_env(checkpoint) or {"name": "tictactoe"}
+        name, recorded = trained["name"], (f"checkpoint {checkpoint}", {"env": trained})
     try:
-        cfg = load_config([], [f"env.name={values['name']}", *overrides], check_paths=False)
+        return load_config([], [f"env.name={name}", *overrides], check_paths=False,
+                           recorded=recorded).env
     except ConfigError as err:
         raise UserError(str(err)) from None
-    kept = {k: v for k, v in values.items() if k not in given and hasattr(cfg.env, k)}
-    return dataclasses.replace(cfg.env, **kept)
 
 
 def _default_opponent(spec, env_cfg: EnvConfig) -> str:

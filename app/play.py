@@ -105,8 +105,9 @@ def _game_config(path: str) -> TicTacToeConfig:
 
     trained = trained_env(path)
     board_only = trained.get("context") == "board"
-    return TicTacToeConfig(name="tictactoe", board_format=trained.get("board_format", "lists"),
-                           context="board" if board_only else "game")
+    board_format = trained.get("board_format")
+    return TicTacToeConfig(name="tictactoe", context="board" if board_only else "game",
+                           board_format=board_format if board_format == "grid" else "lists")
 
 
 def _game(engine, renderer: ChatRenderer, env, seed: int, write: Callable[[str], None]) -> None:

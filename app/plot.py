@@ -54,9 +54,18 @@ def trailing_mean(values: list[float], window: int) -> list[float]:
 
 
 def read_metrics(path: str) -> list[dict[str, float]]:
-    """Rows of metrics.jsonl, with the derived series the dashboard shows (`quality/...`)."""
-    with open(path, encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    """Rows of metrics.jsonl, with the derived series the dashboard shows (`quality/...`).
+    A line that is not a JSON object with a step (the last one, cut short by a crash or
+    still being written) is passed over."""
+    rows = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):
+                continue
+            if isinstance(row, dict) and isinstance(row.get("step"), int):
+                rows.append(row)
     for row in rows:
         if "rollout/outcome_best" in row:  # the one-move task: a best move or a win
             row["quality/best_or_win"] = (row["rollout/outcome_best"] or 0.0) + (

@@ -5,14 +5,18 @@ Self-contained means no request leaves the page: no scripts, fonts or styles fro
 so it opens as a file or through `arl view` (a server on 127.0.0.1) on a machine without
 network. The driver rewrites it as the run goes; while the run is live the page reloads
 itself every `REFRESH_S` seconds. Model output is data: every text reaches the page as JSON
-inside a script element of type application/json and is shown with `textContent`, never
-parsed as HTML.
+inside a script element of type application/json (every <, > and & escaped, so no text
+can end the element) and is shown with `textContent`, never parsed as HTML. The page's
+Content-Security-Policy lets only its own style and script run, named by their sha256.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
+import math
 import os
 
 from app.plot import PANELS, SMOOTH_STEPS, metrics_file, read_metrics, series, trailing_mean
@@ -41,14 +45,25 @@ def write_report(run_dir: str, live: bool = False) -> str:
         refresh=f'<meta http-equiv="refresh" content="{REFRESH_S}">' if live else "",
         status=html.escape(_status(rows, live)),
         charts="\n".join(c for c in charts if c),
-        games=json.dumps(games).replace("</", "<\\/"),
+        games=embedded_json(games),
+        csp=CSP,
+        style=STYLE,
+        script=SCRIPT,
     )
     path = os.path.join(run_dir, REPORT_FILE)
-    tmp = f"{path}.tmp"
+    tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(page)
     os.replace(tmp, path)  # a reader never sees half a page
     return path
+
+
+def embedded_json(value: object) -> str:
+    """`value` as JSON that can sit inside a <script> element whatever its strings hold:
+    every <, > and & is written as a \\u escape, so no `</script`, `<!--` or `<script`
+    can end or change the element (JSON.parse reads the escapes back as the characters)."""
+    text = json.dumps(value, allow_nan=False, default=str)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def _status(rows: list[dict], live: bool) -> str:
@@ -72,17 +87,24 @@ def _games(path: str) -> list[dict]:
     if not os.path.isfile(path):
         return []
     rows = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:  # a line cut by a crash
+                row = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):  # a line cut by a crash
                 continue
+            if isinstance(row, dict):
+                rows.append(row)
     games = []
     for row in rows[-GAMES_SHOWN:][::-1]:
-        messages = row.get("messages") or [{"role": "transcript",
-                                            "content": row.get("conversation") or ""}]
-        games.append({"step": row.get("step"), "reward": row.get("reward"),
+        messages = row.get("messages")
+        if not (isinstance(messages, list) and messages and all(
+                isinstance(m, dict) and isinstance(m.get("role"), str)
+                and isinstance(m.get("content"), str) for m in messages)):
+            messages = [{"role": "transcript", "content": str(row.get("conversation") or "")}]
+        reward = row.get("reward")
+        reward = reward if isinstance(reward, int | float) and math.isfinite(reward) else None
+        games.append({"step": row.get("step"), "reward": reward,
                       "outcome": row.get("outcome", ""), "messages": messages})
     return games
 
@@ -135,27 +157,72 @@ def svg_chart(title: str, ylabel: str, lines, smooth: bool) -> str:
     return "\n".join(parts)
 
 
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; background: #fff; }
+h1 { font-size: 1.4em; margin: 0 0 .2em; } .status { color: #555; margin-bottom: 1em; }
+.charts { display: flex; flex-wrap: wrap; gap: 8px; }
+svg.chart { border: 1px solid #ddd; background: #fcfcfc; font-size: 10px; }
+svg .t { font-size: 13px; font-weight: 600; } svg .g { stroke: #e5e5e5; }
+svg .l { font-size: 10px; }
+.game { border: 1px solid #ccc; border-radius: 6px; padding: .6em; margin: .6em 0;
+  max-width: 60em; }
+.msg { white-space: pre-wrap; font-family: ui-monospace, monospace; padding: .4em;
+  border-radius: 4px; margin: .3em 0; }
+.role-user, .role-tool { background: #eef4ff; } .role-assistant { background: #effbef; }
+.role-system, .role-transcript { background: #f4f4f4; color: #555; }
+.who { font-weight: 600; font-family: system-ui, sans-serif; }
+button { margin-right: .4em; }
+"""
+
+SCRIPT = """
+const games = JSON.parse(document.getElementById("game-data").textContent);
+const root = document.getElementById("games");
+if (!games.length) root.textContent = "no sample conversations yet";
+games.forEach((game, g) => {
+  const box = document.createElement("div"); box.className = "game"; box.id = "game-" + g;
+  const head = document.createElement("div");
+  head.textContent = `step ${game.step}: reward ${game.reward}, outcome ${game.outcome}`;
+  const counter = document.createElement("span");
+  const view = document.createElement("div");
+  const buttons = document.createElement("div");
+  let shown = Math.min(2, game.messages.length);
+  function draw() {
+    view.replaceChildren();
+    game.messages.slice(0, shown).forEach(m => {
+      const d = document.createElement("div"); d.className = "msg role-" + m.role;
+      const who = document.createElement("div"); who.className = "who"; who.textContent = m.role;
+      const body = document.createElement("div"); body.textContent = m.content;
+      d.append(who, body); view.append(d);
+    });
+    counter.textContent = ` move ${shown} of ${game.messages.length} `;
+  }
+  [["first", () => shown = Math.min(2, game.messages.length)],
+   ["back", () => shown = Math.max(1, shown - 1)],
+   ["next", () => shown = Math.min(game.messages.length, shown + 1)],
+   ["all", () => shown = game.messages.length]].forEach(([label, act]) => {
+    const b = document.createElement("button"); b.textContent = label;
+    b.onclick = () => { act(); draw(); }; buttons.append(b);
+  });
+  buttons.append(counter);
+  box.append(head, buttons, view); root.append(box); draw();
+});
+"""
+
+
+def _csp_hash(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+# No inline script or style runs but these two, by their hashes: whatever a sample holds,
+# the page runs no other code.
+CSP = (f"default-src 'none'; style-src {_csp_hash(STYLE)}; script-src {_csp_hash(SCRIPT)}; "
+       "img-src 'none'; base-uri 'none'; form-action 'none'")
+
 PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">{refresh}
-<meta http-equiv="Content-Security-Policy"
- content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'">
+<meta http-equiv="Content-Security-Policy" content="{csp}">
 <title>arl run {title}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 1.5em; color: #222; background: #fff; }}
-h1 {{ font-size: 1.4em; margin: 0 0 .2em; }} .status {{ color: #555; margin-bottom: 1em; }}
-.charts {{ display: flex; flex-wrap: wrap; gap: 8px; }}
-svg.chart {{ border: 1px solid #ddd; background: #fcfcfc; font-size: 10px; }}
-svg .t {{ font-size: 13px; font-weight: 600; }} svg .g {{ stroke: #e5e5e5; }}
-svg .l {{ font-size: 10px; }}
-.game {{ border: 1px solid #ccc; border-radius: 6px; padding: .6em; margin: .6em 0;
-  max-width: 60em; }}
-.msg {{ white-space: pre-wrap; font-family: ui-monospace, monospace; padding: .4em;
-  border-radius: 4px; margin: .3em 0; }}
-.role-user, .role-tool {{ background: #eef4ff; }} .role-assistant {{ background: #effbef; }}
-.role-system, .role-transcript {{ background: #f4f4f4; color: #555; }}
-.who {{ font-weight: 600; font-family: system-ui, sans-serif; }}
-button {{ margin-right: .4em; }}
-</style></head>
+<style>{style}</style></head>
 <body>
 <h1>arl run {title}</h1>
 <div class="status">{status}</div>
@@ -165,38 +232,6 @@ button {{ margin-right: .4em; }}
 <h2>Sample games</h2>
 <div id="games"></div>
 <script type="application/json" id="game-data">{games}</script>
-<script>
-const games = JSON.parse(document.getElementById("game-data").textContent);
-const root = document.getElementById("games");
-if (!games.length) root.textContent = "no sample conversations yet";
-games.forEach((game, g) => {{
-  const box = document.createElement("div"); box.className = "game"; box.id = "game-" + g;
-  const head = document.createElement("div");
-  head.textContent = `step ${{game.step}}: reward ${{game.reward}}, outcome ${{game.outcome}}`;
-  const counter = document.createElement("span");
-  const view = document.createElement("div");
-  const buttons = document.createElement("div");
-  let shown = Math.min(2, game.messages.length);
-  function draw() {{
-    view.replaceChildren();
-    game.messages.slice(0, shown).forEach(m => {{
-      const d = document.createElement("div"); d.className = "msg role-" + m.role;
-      const who = document.createElement("div"); who.className = "who"; who.textContent = m.role;
-      const body = document.createElement("div"); body.textContent = m.content;
-      d.append(who, body); view.append(d);
-    }});
-    counter.textContent = ` move ${{shown}} of ${{game.messages.length}} `;
-  }}
-  [["first", () => shown = Math.min(2, game.messages.length)],
-   ["back", () => shown = Math.max(1, shown - 1)],
-   ["next", () => shown = Math.min(game.messages.length, shown + 1)],
-   ["all", () => shown = game.messages.length]].forEach(([label, act]) => {{
-    const b = document.createElement("button"); b.textContent = label;
-    b.onclick = () => {{ act(); draw(); }}; buttons.append(b);
-  }});
-  buttons.append(counter);
-  box.append(head, buttons, view); root.append(box); draw();
-}});
-</script>
+<script>{script}</script>
 </body></html>
 """

@@ -10,6 +10,7 @@ checkpoint exists): then metrics.jsonl keeps its rows before the checkpoint's st
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -22,7 +23,8 @@ from app.plot import plot_run
 from app.report import write_report
 from app.sinks import JsonlLogger, WandbLogger
 from arl.config import Config, to_dict
-from arl.errors import UserError
+from arl.errors import UserError, one_line
+from arl.folders import mark, require_ours
 from arl.metrics import Metrics
 from arl.model_path import CACHE_PREFIX, arl_home, local_path
 from arl.pointer import LATEST_FILE, read_latest
@@ -76,16 +78,18 @@ class Run:
 
     def __enter__(self) -> Run:
         if self.resume_from is None:
+            check_run_dir(self.cfg)
             _move_aside(self.dir)
             os.makedirs(os.path.join(self.dir, "checkpoints"))
+            mark(self.dir, "run")
         else:
             self.start_step = self.next_step = checkpoint_step(self.resume_from)
             _set_aside_after(os.path.join(self.dir, "checkpoints"), self.start_step)
             _keep_rows_before(self.metrics_path, self.start_step)
             _keep_rows_before(self.samples_path, self.start_step)
             _remove_partial_checkpoints(os.path.join(self.dir, "checkpoints"))
-        with open(os.path.join(self.dir, "config.json"), "w", encoding="utf-8") as f:
-            json.dump(to_dict(self.cfg), f, indent=2)
+        write_atomic(os.path.join(self.dir, "config.json"), json.dumps(to_dict(self.cfg),
+                                                                      indent=2))
         return self
 
     def open_sinks(self, wandb_run_id: str | None = None) -> None:
@@ -185,7 +189,7 @@ class Run:
         for sink in self._sinks:
             sink.log(step, metrics)
         if (step + 1) % REPORT_EVERY == 0:
-            write_report(self.dir, live=True)
+            _outputs(write_report, self.dir, live=True)
         if self._bar is not None:
             shown = {label: f"{metrics[key]:.3f}" for key, label in PROGRESS_KEYS if key in metrics}
             shown["s/step"] = f"{metrics['timing/step']:.2f}"
@@ -198,8 +202,44 @@ class Run:
         for sink in self._sinks:
             sink.close()
         if os.path.exists(self.metrics_path) and os.path.getsize(self.metrics_path):
-            plot_run(self.dir)
-            write_report(self.dir, live=False)
+            _outputs(plot_run, self.dir)
+            _outputs(write_report, self.dir, live=False)
+
+
+def _outputs(write: Any, *args: Any, **kwargs: Any) -> None:
+    """Redraw a view of the run (curves.png, report.html). A view that fails to draw (a full
+    disk, a broken font, a bug) is logged and the run goes on: the metrics, samples and
+    checkpoints are what count, and `arl plot` redraws the views from them."""
+    try:
+        write(*args, **kwargs)
+    except Exception as err:  # any failure of a view; the run's data is already written
+        log.warning("could not write %s's output (%s: %s); the run goes on, `arl plot` "
+                    "redraws it", getattr(write, "__name__", "a view"), type(err).__name__,
+                    one_line(str(err), 200))
+
+
+def check_run_dir(cfg: Config) -> None:
+    """NotOurs (one line) when the run directory exists, is not a run directory arl made,
+    and this run would move it aside: a run_name or output_dir that names someone's own
+    folder never moves it."""
+    if cfg.resume == "never" or latest_checkpoint(os.path.join(run_dir(cfg),
+                                                               "checkpoints")) is None:
+        require_ours(run_dir(cfg), "run", "output_dir/run_name")
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write `text` to `path` by a rename, so a reader (or a crash) never meets half of it."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
 
 
 def _move_aside(path: str) -> None:
@@ -341,13 +381,14 @@ def _keep_rows_before(path: str, step: int) -> None:
     steps after the checkpoint are played again."""
     rows = []
     if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 try:
                     row = json.loads(line)
-                except json.JSONDecodeError:  # a line cut by the crash
+                except (json.JSONDecodeError, RecursionError):  # a line cut by the crash
                     continue
-                if row.get("step", step) < step:
+                if isinstance(row, dict) and isinstance(row.get("step"), int) and \
+                        row["step"] < step:
                     rows.append(line if line.endswith("\n") else line + "\n")
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:

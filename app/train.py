@@ -20,7 +20,8 @@ import torch
 from actors.cluster import Cluster
 from actors.pipeline import AsyncRollouts
 from actors.rollout_pool import RolloutBatch
-from app.run import Run, checkpoint_step, run_dir
+from app.run import Run, check_run_dir, checkpoint_step, run_dir
+from app.run_lock import RunLock
 from app.start_model import starting_model
 from app.step_metrics import StepDone, step_metrics
 from app.stop import StopOnSignal, Stopped
@@ -57,6 +58,13 @@ def train(cfg: Config, use_ray: bool = True) -> Metrics:
     # The first line of a run's (or a Ray job's) log says where its outputs go.
     print(f"arl train: run directory {run_dir(cfg)}", flush=True)
     require_extras(cfg)  # before Ray starts: a missing extra is a config error
+    with RunLock(run_dir(cfg)):  # one writer per run directory, before anything is written
+        return _train(cfg, use_ray)
+
+
+def _train(cfg: Config, use_ray: bool) -> Metrics:
+    """`train` with the run directory's lock held."""
+    check_run_dir(cfg)
     # A GGUF model or another run's checkpoint becomes, once, a cached HF directory that
     # every worker loads.
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(

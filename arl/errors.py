@@ -4,6 +4,11 @@ any other exception is a bug and keeps its traceback."""
 
 from __future__ import annotations
 
+from typing import Any
+
+LINE_CHARS = 500  # the longest error line the `arl` command prints
+VALUE_CHARS = 80  # the longest echo of a value the user gave
+
 
 class UserError(Exception):
     """Something the user gave arl is wrong; the message says what, and what to do."""
@@ -16,3 +21,16 @@ class ModelUnavailable(UserError, FileNotFoundError):
 class LearnerLost(RuntimeError):
     """A learner actor died (its process ended: an OOM kill, a segfault, a lost node). The
     driver rebuilds the learner group from the last checkpoint (`learner.max_restarts`)."""
+
+
+def one_line(text: str, limit: int = LINE_CHARS) -> str:
+    """`text` on one line of at most `limit` characters: line breaks, NUL and every other
+    non-printable character escaped, the rest cut with "..." (an error may echo input of
+    any size or content)."""
+    flat = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text[: limit + 1])
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def shown(value: Any, limit: int = VALUE_CHARS) -> str:
+    """The repr of a value the user gave, on one line and cut to `limit` characters."""
+    return one_line(repr(value), limit)

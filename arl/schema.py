@@ -14,11 +14,13 @@ from arl.dtypes import DTYPES
 
 
 def opt(default: Any, help: str, *, choices: tuple[str, ...] | None = None,
-        check: str | None = None) -> Any:
+        check: str | None = None, code: bool = False) -> Any:
     """A config field: its default, one line of help, and the values it allows (`choices`,
     or `check`: positive | non_negative | fraction | share, see `CHECKS`). `arl config show`
-    prints all three; `validate` enforces them."""
-    meta = {"help": help, "choices": choices, "check": check}
+    prints all three; `validate` enforces them. `code`: the value names code that arl
+    imports (`package.module:attr`), so a config from elsewhere (a checkpoint's) may not set
+    it (`arl.config.recorded_env`)."""
+    meta = {"help": help, "choices": choices, "check": check, "code": code}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -37,6 +39,8 @@ CHECKS: dict[str, tuple[Any, str]] = {
     "share": (lambda v: 0 < v <= 1, "in (0, 1]"),
     "resume": (lambda v: v in ("never", "auto") or re.fullmatch(r"step_\d+", v) is not None,
                "never, auto or step_<n>"),
+    "name": (lambda v: re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+=@-]{0,99}", v) is not None,
+             "a plain name: 1-100 letters, digits and _ . + = @ -, not starting with . or -"),
 }
 LOSS_NAMES = ("gspo", "gspo_token", "grpo")
 ENGINE_NAMES = ("hf", "vllm")
@@ -62,10 +66,11 @@ class EnvConfig:
     the name, so `env.*` keys another env would take are refused."""
 
     name: str = opt("", "the env: an installed name (`arl config show` lists them), or "
-                    "package.module:make for your own; empty: the env installed as `default`")
+                    "package.module:make for your own; empty: the env installed as `default`",
+                    code=True)
     agent: str = opt("", "package.module:run_agent: an async agent function plays each episode "
                      "through an OpenAI-compatible endpoint (arl/agent.py); empty: the env's "
-                     "own episode loop")
+                     "own episode loop", code=True)
 
 
 @dataclass
@@ -223,6 +228,9 @@ class RayConfig:
     address: str = opt("auto", "auto: join a running cluster, else start an embedded one; "
                        "local: always embedded; else a cluster address")
     host: str = opt("127.0.0.1", "bind address of an embedded cluster")
+    allow_remote: bool = opt(False, "let ray.host and rollout.endpoint_host be addresses "
+                             "other machines reach (each logs a warning); false: loopback "
+                             "only")
     dashboard: bool = opt(False, "start the Ray dashboard with an embedded cluster")
     num_cpus: int = opt(0, "embedded cluster size; 0: all cores", check="non_negative")
     placement: str = opt("none", "none: Ray places each actor; else one placement group with "
@@ -293,7 +301,7 @@ class EvalConfig:
 
 @dataclass
 class Config:
-    run_name: str = opt("run", "the run's directory name under output_dir")
+    run_name: str = opt("run", "the run's directory name under output_dir", check="name")
     seed: int = opt(0, "seeds every start state, sample and shuffle", check="non_negative")
     steps: int = opt(400, "learner steps (one rollout batch each)", check="positive")
     output_dir: str = opt("runs", "where runs/<run_name>/ goes; relative paths of a Ray job "

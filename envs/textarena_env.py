@@ -59,7 +59,8 @@ class TextArenaConfig(EnvConfig):
     opponent_refresh_every: int = opt(10, "opponent=policy: steps between refreshes of the "
                                       "snapshot", check="positive")
     opponent_agent: str = opt("", "opponent=agent: package.module:attr, a zero-argument "
-                              "factory of a TextArena agent (observation text -> move)")
+                              "factory of a TextArena agent (observation text -> move)",
+                              code=True)
     seat: str = opt("random", "the agent's player id; random: drawn from the episode seed",
                     choices=("random", "0", "1"))
     reward_scale: float = opt(1.0, "the episode reward is the agent's TextArena reward times "

@@ -16,10 +16,17 @@ A checkpoint is one directory:
 and next to it, in the parent directory, `latest`: the name of the newest checkpoint, replaced
 atomically once that checkpoint is complete (written last).
 
-Nothing is ever unpickled: a checkpoint from an untrusted place can at worst fail to load.
+A checkpoint is data, whoever wrote it. Nothing is ever unpickled or imported: a checkpoint
+from an untrusted place can at worst fail to load. Only the files its manifest lists are
+read, each as a regular file inside the checkpoint (never through a symbolic link), and each
+checked against its sha256 first: `load_checkpoint` before reading any tensor,
+`model_files` and `recorded_config` on the very bytes they return. What a checkpoint's JSON
+says of its run (the config) is the author's claim: `recorded_config` returns it as plain
+data, and callers never import code it names (`arl.config.recorded_env`).
+
 Writes are atomic: the files go to a temporary sibling directory, each is fsync'd, and the
 directory is renamed into place (then its parent fsync'd), so a crash leaves either no
-checkpoint or a whole one. `load_checkpoint` recomputes every hash before reading any tensor.
+checkpoint or a whole one.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +44,7 @@ from typing import Any
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from arl.errors import UserError
+from arl.errors import UserError, shown
 from arl.pointer import write_latest
 
 FORMAT = 2
@@ -145,8 +153,8 @@ def load_checkpoint(directory: str | os.PathLike) -> Checkpoint:
     """
     root = Path(directory)
     manifest = verify_checkpoint(root)
-    opt_json = _read_json(root, OPTIMIZER_JSON_FILE)
-    learner_json = _read_json(root, LEARNER_FILE)
+    opt_json = _json_of(root, OPTIMIZER_JSON_FILE, manifest)
+    learner_json = _json_of(root, LEARNER_FILE, manifest)
     try:
         model = load_file(str(root / MODEL_FILE))
         opt_tensors = load_file(str(root / OPTIMIZER_TENSORS_FILE))
@@ -169,7 +177,7 @@ def verify_checkpoint(directory: str | os.PathLike) -> dict[str, Any]:
     root = Path(directory)
     manifest = read_manifest(root)
     for name, meta in manifest["files"].items():
-        _verify(root / name, meta)
+        _verify(root / name, meta, root)
     return manifest
 
 
@@ -184,27 +192,70 @@ def read_manifest(root: Path) -> dict[str, Any]:
         raise CheckpointError(f"{root / MANIFEST_FILE}: not a checkpoint manifest of format "
                               f"{' or '.join(map(str, READABLE_FORMATS))}")
     names = set(manifest["files"])
+    if not all(isinstance(m, dict) and isinstance(m.get("bytes"), int)
+               and isinstance(m.get("sha256"), str) for m in manifest["files"].values()):
+        raise CheckpointError(f"{root / MANIFEST_FILE}: every file needs its bytes and sha256")
     extra = names - set(DATA_FILES)
     if not set(DATA_FILES) <= names or any(
-            not n.startswith(f"{HF_DIR}/") or "/" in n[len(HF_DIR) + 1:] or ".." in n
+            not n.startswith(f"{HF_DIR}/") or not _is_plain_name(n[len(HF_DIR) + 1:])
             for n in extra):
         raise CheckpointError(
-            f"{root / MANIFEST_FILE}: lists {sorted(names)}, expected {list(DATA_FILES)} "
-            f"and files under {HF_DIR}/"
+            f"{root / MANIFEST_FILE}: lists {shown(sorted(names), 300)}, expected "
+            f"{list(DATA_FILES)} and plain file names under {HF_DIR}/"
         )
     return manifest
 
 
-def model_dir(root: str | os.PathLike) -> Path | None:
-    """The hf/ folder of a checkpoint (config and tokenizer, no weights), None in format 1."""
-    path = Path(root) / HF_DIR
-    return path if (path / "config.json").is_file() else None
+def model_files(root: str | os.PathLike) -> dict[str, bytes]:
+    """The model folder files of a checkpoint's hf/ (config, tokenizer, chat template: no
+    weights), file name -> bytes, each read once and checked against the manifest's sha256.
+    Raises CheckpointError for a checkpoint without them (format 1) or a bad file."""
+    root = Path(root)
+    manifest = read_manifest(root)
+    prefix = f"{HF_DIR}/"
+    files = {name[len(prefix):]: read_verified(root, name, meta)
+             for name, meta in sorted(manifest["files"].items())
+             if name.startswith(prefix) and not name.endswith(_CODE_SUFFIXES)}
+    if "config.json" not in files:
+        raise CheckpointError(f"checkpoint {root} carries no model config ({HF_DIR}/config.json"
+                              "): it was written by an arl older than checkpoint format 2")
+    return files
+
+
+def recorded_config(root: str | os.PathLike) -> dict[str, Any]:
+    """The run config a checkpoint's learner.json records (JSON as written, {} if none),
+    read once and checked against the manifest. Data only: nothing it names is imported."""
+    root = Path(root)
+    learner_json = _json_of(root, LEARNER_FILE, read_manifest(root))
+    extra = learner_json.get("extra")
+    config = extra.get("config") if isinstance(extra, dict) else None
+    return config if isinstance(config, dict) else {}
+
+
+def read_verified(root: Path, name: str, meta: dict[str, Any]) -> bytes:
+    """The bytes of the checkpoint file `name`, read once through a descriptor that refuses
+    symbolic links, and checked against its manifest entry `meta` (size, sha256)."""
+    path = _inside(root, name)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as err:
+        raise CheckpointError(f"checkpoint file {path} cannot be read as a regular file "
+                              f"({err.strerror})") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise CheckpointError(f"checkpoint file {path} is not a regular file")
+        data = handle.read(int(meta.get("bytes", 0)) + 1)
+    _check_bytes(path, len(data), hashlib.sha256(data).hexdigest(), meta)
+    return data
 
 
 # Weights and other large artefacts never travel in hf/: the checkpoint's own
 # model.safetensors holds the weights.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".ckpt",
                     ".onnx", ".index.json")
+# Nor does code: a model folder's Python files run only with trust_remote_code, which arl
+# never sets; a checkpoint carries none and an export writes none.
+_CODE_SUFFIXES = (".py", ".pyc", ".so")
 MODEL_FILE_MAX_BYTES = 64 * 2**20
 
 
@@ -215,14 +266,20 @@ def model_folder_files(path: str | os.PathLike) -> dict[str, bytes]:
     out = {}
     for entry in sorted(Path(path).iterdir()):
         if (entry.is_file() and not entry.name.startswith(".")
-                and not entry.name.endswith(_WEIGHT_SUFFIXES)
+                and not entry.name.endswith(_WEIGHT_SUFFIXES + _CODE_SUFFIXES)
                 and entry.stat().st_size <= MODEL_FILE_MAX_BYTES):
             out[entry.name] = entry.read_bytes()
     return out
 
 
+def _is_plain_name(name: str) -> bool:
+    """A file name without a folder, not hidden, printable."""
+    return (bool(name) and "/" not in name and "\\" not in name and not name.startswith(".")
+            and name == Path(name).name and name.isprintable())
+
+
 def _require_plain_name(name: str) -> None:
-    if not name or "/" in name or "\\" in name or name.startswith(".") or name != Path(name).name:
+    if not _is_plain_name(name):
         raise ValueError(f"model file name {name!r} must be a plain file name")
 
 
@@ -256,21 +313,56 @@ def _unflatten_optimizer(tensors: dict[str, Tensor], rest: dict[str, Any]) -> di
     return {"state": dict(sorted(state.items())), "param_groups": groups}
 
 
-def _verify(path: Path, meta: dict[str, Any]) -> None:
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint file {path} is missing")
-    size = path.stat().st_size
+def _inside(root: Path, name: str) -> Path:
+    """root/name, where no part of the way (hf/ included) is a symbolic link: a checkpoint's
+    files are its own, never files elsewhere that a link points at."""
+    path = root / name
+    for part in (*reversed(path.relative_to(root).parents[:-1]), path.relative_to(root)):
+        if (root / part).is_symlink():
+            raise CheckpointError(f"checkpoint file {root / part} is a symbolic link; a "
+                                  "checkpoint's files must be its own")
+    return path
+
+
+def _verify(path: Path, meta: dict[str, Any], root: Path | None = None) -> None:
+    if root is not None:
+        _inside(root, str(path.relative_to(root)))
+    if not path.is_file() or path.is_symlink():
+        raise CheckpointError(f"checkpoint file {path} is missing or not a regular file")
+    _check_bytes(path, path.stat().st_size, None, meta)
+    _check_bytes(path, meta.get("bytes"), sha256_file(path), meta)
+
+
+def _check_bytes(path: Path, size: Any, digest: str | None, meta: dict[str, Any]) -> None:
+    """CheckpointError unless `size` (and `digest`, where given) match the manifest entry."""
     if size != meta.get("bytes"):
         raise CheckpointError(
             f"checkpoint file {path} has {size} bytes, manifest says {meta.get('bytes')} "
             "(truncated or modified)"
         )
-    digest = sha256_file(path)
-    if digest != meta.get("sha256"):
+    if digest is not None and digest != meta.get("sha256"):
         raise CheckpointError(
             f"checkpoint file {path} fails its sha256 check (modified or corrupt): "
             f"expected {meta.get('sha256')}, got {digest}"
         )
+
+
+def _json_of(root: Path, name: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint JSON file as an object, from the verified bytes the manifest lists."""
+    meta = manifest["files"].get(name)
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{root / MANIFEST_FILE} does not list {name}")
+    try:
+        value = json.loads(read_verified(root, name, meta).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        raise CheckpointError(f"checkpoint file {root / name} is not valid JSON: {err}"
+                              ) from None
+    if not isinstance(value, dict):
+        raise CheckpointError(f"checkpoint file {root / name} must hold a JSON object")
+    return value
+
+
+MANIFEST_MAX_BYTES = 16 * 2**20
 
 
 def _read_json(root: Path, name: str) -> dict[str, Any]:
@@ -278,8 +370,17 @@ def _read_json(root: Path, name: str) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"checkpoint file {path} is missing")
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as err:
+        raise CheckpointError(f"checkpoint file {path} cannot be read as a regular file "
+                              f"({err.strerror})") from None
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(MANIFEST_MAX_BYTES + 1)
+    if len(data) > MANIFEST_MAX_BYTES:
+        raise CheckpointError(f"checkpoint file {path} is larger than a manifest can be")
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
         raise CheckpointError(f"checkpoint file {path} is not valid JSON: {err}") from err
     if not isinstance(value, dict):
         raise CheckpointError(f"checkpoint file {path} must hold a JSON object")

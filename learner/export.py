@@ -13,34 +13,37 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from arl.config import LoraConfig
-from learner.checkpoint import CheckpointError, load_checkpoint, model_dir
+from arl.folders import mark
+from learner.checkpoint import CheckpointError, load_checkpoint, model_files
 from learner.model import torch_dtype
 
 
 def export_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.PathLike,
                       dtype: str = "float32") -> Path:
     """Write the checkpoint's policy to `out_dir` (which must not exist or be empty) as a HF
-    model folder, weights in `dtype`; return it. The checkpoint's hashes are verified first.
-    A format-1 checkpoint (no hf/ folder) takes config and tokenizer from the model folder
-    its run was configured with. Raises CheckpointError if there is neither."""
+    model folder, weights in `dtype`; return it. Reads only what the checkpoint's manifest
+    lists, every file checked against its sha256 (`load_checkpoint`, `model_files`): a
+    file a checkpoint holds but does not list, or a symbolic link, never reaches the export.
+    The folder carries arl's marker (arl/folders.py). Raises CheckpointError for a
+    checkpoint without its model files (format 1) or a bad file."""
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CheckpointError(f"{out} exists and is not an empty folder")
     loaded = load_checkpoint(checkpoint)
-    source = model_dir(checkpoint) or _recorded_model(loaded.extra_json, checkpoint)
-    config = AutoConfig.from_pretrained(source)
-    params = loaded.state.model
-    if any(".lora_" in name for name in params):  # adapters: merge them as a weight sync does
-        params = _merged_lora(config, loaded.extra_json["config"]["learner"]["lora"], params)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    _load_exactly(model, params)
+    files = model_files(checkpoint)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
+        for name, data in files.items():  # config, tokenizer; save_pretrained adds the weights
+            (tmp / name).write_bytes(data)
+        config = AutoConfig.from_pretrained(tmp)
+        params = loaded.state.model
+        if any(".lora_" in name for name in params):  # adapters: merged as a weight sync does
+            params = _merged_lora(config, _lora_config(loaded.extra_json, checkpoint), params)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        _load_exactly(model, params)
         model.to(torch_dtype(dtype)).save_pretrained(tmp)
-        for entry in Path(source).iterdir():  # config and tokenizer files; weights are ours
-            if entry.is_file() and not (tmp / entry.name).exists():
-                shutil.copyfile(entry, tmp / entry.name)
+        mark(tmp, "export")
         os.chmod(tmp, 0o755)  # noqa: S103 (a model folder others read)
         if out.exists():
             out.rmdir()
@@ -51,20 +54,23 @@ def export_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.PathLike,
     return out
 
 
-def _recorded_model(extra: dict, checkpoint: str | os.PathLike) -> str:
-    path = extra.get("config", {}).get("model", {}).get("path")
-    if not path or not os.path.isfile(os.path.join(path, "config.json")):
-        raise CheckpointError(f"checkpoint {checkpoint} carries no model config (format 1) and "
-                              f"the model it was trained from ({path!r}) is not here")
-    return path
+def _lora_config(extra: dict, checkpoint: str | os.PathLike) -> LoraConfig:
+    """The LoRA settings the checkpoint's run recorded, as plain values."""
+    try:
+        lora = extra["config"]["learner"]["lora"]
+        return LoraConfig(rank=int(lora["rank"]), alpha=float(lora["alpha"]),
+                          target_modules=[str(m) for m in lora["target_modules"]])
+    except (KeyError, TypeError, ValueError):
+        raise CheckpointError(f"checkpoint {checkpoint} holds LoRA adapters but records no "
+                              "learner.lora settings") from None
 
 
-def _merged_lora(config, lora: dict, params: dict) -> dict:
+def _merged_lora(config, lora: LoraConfig, params: dict) -> dict:
     """HF weights of a LoRA checkpoint: its adapters put on a model of `config`, merged."""
     from learner.lora import apply_lora, merged_state_dict
 
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    wrapped = apply_lora(model, LoraConfig(**lora))
+    wrapped = apply_lora(model, lora)
     with torch.no_grad():
         for name, param in wrapped.named_parameters():
             param.copy_(params[name])

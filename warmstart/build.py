@@ -19,6 +19,7 @@ from arl.config import Config, check_warmstart_base, to_dict
 from arl.dtypes import resolve as resolve_dtype
 from arl.env_spec import resolve_env
 from arl.errors import UserError
+from arl.folders import require_ours
 from arl.model_path import local_path
 from envs.config import MoveTaskConfig
 from envs.registry import env_config
@@ -66,6 +67,7 @@ def warmstart(cfg: Config, force: bool = False) -> dict[str, object]:
     the record it saves. Raises ConfigError when `warmstart.base` names no model here."""
     check_warmstart_base(cfg)
     ws, out = cfg.warmstart, output_dir(cfg)
+    require_ours(out, "warmstart", "warmstart.output")  # before minutes of work, not after
     if cached(cfg) and not force:
         print(f"warm-start model cached at {out}")
         with open(os.path.join(out, STAMP_FILE), encoding="utf-8") as f:

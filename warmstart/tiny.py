@@ -47,6 +47,7 @@ from transformers import (
 )
 from transformers.utils.chat_template_utils import render_jinja_template
 
+from arl.folders import mark, require_ours
 from arl.schema import ARCHITECTURES
 from arl.types import Message, ToolSchema
 
@@ -260,17 +261,20 @@ def save_model_dir(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, path: str | os.PathLike
 ) -> None:
     """Write a normal HF folder (config.json, generation_config.json, model.safetensors,
-    tokenizer.json, tokenizer_config.json, chat_template.jinja) at `path`, replacing any folder
-    there. Atomic: the folder is written next to `path` and renamed into place, so a crash
-    leaves the old folder or the new one (or, between the two renames, none: the old one then
-    waits in a hidden `.NAME.old-*` sibling), never half of one."""
+    tokenizer.json, tokenizer_config.json, chat_template.jinja) at `path`, with arl's marker
+    of a warm-start folder, replacing a folder there only if arl made it (NotOurs, one line,
+    for any other: arl/folders.py). Atomic: the folder is written next to `path` and renamed
+    into place, so a crash leaves the old folder or the new one (or, between the two renames,
+    none: the old one then waits in a hidden `.NAME.old-*` sibling), never half of one."""
     path = os.path.abspath(os.fspath(path))
+    require_ours(path, "warmstart", "warmstart.output")
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.tmp-")
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        mark(tmp, "warmstart")
         # mkdtemp makes the folder private (0700); others (containers, workers) read models
         os.chmod(tmp, 0o755)  # noqa: S103
         old = None

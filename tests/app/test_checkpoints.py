@@ -12,7 +12,7 @@ import pytest
 from app.cli import main
 from app.run import resolve_checkpoint
 from arl.errors import UserError
-from learner.checkpoint import MANIFEST_FILE, load_checkpoint, model_dir
+from learner.checkpoint import MANIFEST_FILE, load_checkpoint, model_files
 from tests.builders import learner_checkpoint
 
 
@@ -43,8 +43,9 @@ def test_a_cached_model_is_named_like_in_a_config(warm_model_dir, tmp_path, monk
 
 def test_checkpoint_is_self_contained(run_dir, tmp_path, monkeypatch, capsys):
     ckpt = run_dir / "checkpoints" / "step_000001"
-    assert (model_dir(ckpt) / "tokenizer.json").is_file()
-    assert not list(model_dir(ckpt).glob("*.safetensors"))  # the weights are the learner's
+    files = model_files(ckpt)
+    assert "tokenizer.json" in files and "config.json" in files
+    assert not [n for n in files if n.endswith(".safetensors")]  # the weights are the learner's
     load_checkpoint(ckpt)  # hashes of hf/ included
     monkeypatch.chdir(tmp_path)  # from another directory: nothing relative to the run
     positions = tmp_path / "p.jsonl"
