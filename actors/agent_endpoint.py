@@ -17,17 +17,19 @@ import asyncio
 import json
 import secrets
 import socket
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from arl.agent import AgentResult, AgentTask, as_result
 from arl.agent_record import AgentEpisode, Pinned, RequestError
-from arl.episode import ChatRenderer
+from arl.episode import TIMED_OUT, ChatRenderer
 from arl.protocols import RolloutEngine
 from arl.types import SamplingParams, Trajectory, Turn
 
 MAX_BODY_BYTES = 8 * 2**20  # a request body; larger ones get HTTP 413
 MODEL_NAME = "arl-policy"
+TIMED_OUT_FAILURE = "timed out"  # how a timed-out episode's failure begins
 
 
 class _Rounds:
@@ -84,6 +86,42 @@ class _Rounds:
                 future.set_result(generation)
 
 
+class _Clock:
+    """An agent episode's own time: the time since it began, less the time it spent
+    waiting for its completions (the engine's time, shared by every episode)."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.waited = 0.0
+        self.waiting_since: float | None = None
+
+    def own(self) -> float:
+        now = time.monotonic()
+        waiting = now - self.waiting_since if self.waiting_since is not None else 0.0
+        return now - self.started - self.waited - waiting
+
+    def wait(self) -> None:
+        self.waiting_since = time.monotonic()
+
+    def resume(self) -> None:
+        if self.waiting_since is not None:
+            self.waited += time.monotonic() - self.waiting_since
+            self.waiting_since = None
+
+
+async def _within(run: asyncio.Future, clock: _Clock, limit_s: float) -> bool:
+    """Wait for the agent's task `run`; False (and the task cancelled) once its own time
+    passes `limit_s` (> 0; 0: no limit)."""
+    while True:
+        left = limit_s - clock.own() if limit_s > 0 else None
+        if left is not None and left <= 0:
+            run.cancel()
+            return False
+        done, _ = await asyncio.wait({run}, timeout=left)
+        if done:
+            return True
+
+
 class _Endpoint:
     """The HTTP side: routes `/<token>/v1/chat/completions` to its episode's record."""
 
@@ -93,6 +131,7 @@ class _Endpoint:
         self.tokens = {token: i for i, token in enumerate(self.token_of)}
         self.busy: set[int] = set()
         self.closed: set[int] = set()  # episodes whose agent has returned
+        self.clocks = [_Clock() for _ in episodes]
 
     async def chat(self, request: Any) -> Any:
         from aiohttp import web
@@ -122,7 +161,11 @@ class _Endpoint:
             return _error(web, RequestError("this episode's agent has returned", status=410))
         try:
             prompt = episode.prompt(body)
-            generation = await self.rounds.submit(index, prompt)
+            self.clocks[index].wait()
+            try:
+                generation = await self.rounds.submit(index, prompt)
+            finally:
+                self.clocks[index].resume()
             return web.json_response(episode.complete(generation, MODEL_NAME))
         except RequestError as err:
             return _error(web, err)
@@ -146,16 +189,19 @@ def _error(web: Any, err: RequestError) -> Any:
 
 def play_agent_episodes(engine: RolloutEngine, renderer: ChatRenderer, agent: Callable,
                         tasks: Sequence[AgentTask], params: SamplingParams, max_turns: int,
-                        host: str) -> list[Trajectory]:
+                        host: str, timeout_s: float = 0.0) -> list[Trajectory]:
     """Play one agent episode per task; trajectories in task order (see the module
     docstring). An agent that raises, returns no usable result or made no request fails its
-    episode only (`Trajectory.failure`); a failing engine raises."""
-    return asyncio.run(_play(engine, renderer, agent, tasks, params, max_turns, host))
+    episode only (`Trajectory.failure`); so does one whose own time (its time outside its
+    completions) passes `timeout_s` (> 0): it is cancelled, and counted in
+    `rollout/timed_out_episodes`. A failing engine raises."""
+    return asyncio.run(_play(engine, renderer, agent, tasks, params, max_turns, host,
+                             timeout_s))
 
 
 async def _play(engine: RolloutEngine, renderer: ChatRenderer, agent: Callable,
                 tasks: Sequence[AgentTask], params: SamplingParams, max_turns: int,
-                host: str) -> list[Trajectory]:
+                host: str, timeout_s: float) -> list[Trajectory]:
     import httpx
     import openai
     from aiohttp import web
@@ -181,8 +227,12 @@ async def _play(engine: RolloutEngine, renderer: ChatRenderer, agent: Callable,
     async def one(i: int, token: str) -> tuple[AgentResult | None, str | None]:
         client = openai.AsyncOpenAI(base_url=f"{url}/{token}/v1", api_key="arl-episode",
                                     http_client=http, max_retries=0)
+        run = asyncio.ensure_future(agent(client, tasks[i]))
         try:
-            return as_result(await agent(client, tasks[i])), None
+            if not await _within(run, endpoint.clocks[i], timeout_s):
+                return None, (f"{TIMED_OUT_FAILURE}: the agent function took over "
+                              f"rollout.episode_timeout_s ({timeout_s:g} s) of its own time")
+            return as_result(run.result()), None
         except Exception as err:  # an agent's bug or a refused request: this episode fails
             return None, f"agent raised {type(err).__name__}: {err}"[:200].replace("\n", " ")
         finally:
@@ -220,7 +270,8 @@ def _trajectory(episode: AgentEpisode, task: AgentTask, result: AgentResult | No
                      for t, r, s in zip(turns, rewards, states, strict=True)]
     reward = result.reward if result is not None and failure is None else 0.0
     metrics = {"rollout/prefix_splits": float(episode.prefix_splits),
-               "rollout/agent_request_errors": float(episode.request_errors)}
+               "rollout/agent_request_errors": float(episode.request_errors),
+               TIMED_OUT: float(failure is not None and failure.startswith(TIMED_OUT_FAILURE))}
     if result is not None:
         metrics.update({f"agent/{k}": float(v) for k, v in result.metrics.items()})
     return Trajectory(

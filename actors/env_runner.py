@@ -42,9 +42,10 @@ def play_starts(engine: RolloutEngine, renderer: ChatRenderer, spec: EnvSpec,
         tasks = [AgentTask(s, g, i, env_cfg, max_turns=rollout.max_turns, opponent=opponent())
                  for s, g, i in starts]
         return play_agent_episodes(engine, renderer, agent, tasks, params, rollout.max_turns,
-                                   rollout.endpoint_host)
+                                   rollout.endpoint_host, rollout.episode_timeout_s)
     envs = [(spec.make(env_cfg, EnvContext(i, opponent())), s, g) for s, g, i in starts]
-    return run_episodes(engine, renderer, envs, params, max_turns=rollout.max_turns)
+    return run_episodes(engine, renderer, envs, params, max_turns=rollout.max_turns,
+                        timeout_s=rollout.episode_timeout_s)
 
 
 class WorkerEngine:

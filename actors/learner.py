@@ -71,7 +71,8 @@ class LearnerWorker:
         """(this node's IP, a free TCP port): where rank 0 of a learner group listens."""
         import ray
 
-        return ray.util.get_node_ip_address(), distributed.free_port()
+        address = ray.util.get_node_ip_address()
+        return address, distributed.free_port(address)
 
     def join_group(self, rank: int, world: int, address: str, port: int) -> None:
         """Become rank `rank` of `world` data-parallel learners (learner/distributed.py)."""

@@ -22,6 +22,7 @@ from typing import Any
 import ray
 
 from arl.config import ModelConfig
+from arl.folders import NotOurs
 from arl.model_path import cache_dir
 
 MARKER = ".arl-shipped"
@@ -97,8 +98,10 @@ def _write(target: str, files: dict[str, bytes], digests: dict[str, str]) -> Non
                 f.write(data)
         open(os.path.join(tmp, MARKER), "w").close()
         os.chmod(tmp, 0o755)  # noqa: S103 (a model folder every worker of the node reads)
-        if os.path.isdir(target) and not os.path.isfile(os.path.join(target, MARKER)):
-            shutil.rmtree(target)  # not ours: a copy is only ever renamed in with its marker
+        if os.path.lexists(target) and not os.path.isfile(os.path.join(target, MARKER)):
+            # a copy is only ever renamed in with its marker: this is someone else's
+            raise NotOurs(f"{target} is in the way of the shipped model and holds no "
+                          f"{MARKER}: arl replaces only its own folders; move it away")
         os.rename(tmp, target)
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)

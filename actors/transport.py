@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from learner.distributed import listen_on, rendezvous
 from learner.model import torch_dtype
 
 
@@ -82,7 +83,8 @@ class SyncGroup:
         address:port. Buckets travel on the GPU (nccl) or the CPU (gloo). Raises if the
         others do not arrive within `timeout_s`."""
         timeout = datetime.timedelta(seconds=timeout_s)
-        store = dist.TCPStore(address, port, world, is_master=rank == 0, timeout=timeout)
+        store = rendezvous(address, port, rank, world, timeout)  # on `address` alone
+        listen_on(address)
         if backend == "nccl":
             options = dist.ProcessGroupNCCL.Options()
             options._timeout = timeout

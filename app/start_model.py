@@ -1,9 +1,9 @@
 """Where a run's weights start: `model.path` as a local HF model folder that every worker loads.
 
 Besides what `learner.gguf.prepare_model` takes (a model folder, `cache:<name>`, a GGUF file,
-`pkg:<dist>/<file>`, a hub id), `model.path` may name an arl checkpoint, or a run directory or
-its `checkpoints/` folder (their newest checkpoint): a run then starts from another run's
-policy, as full games start from the demo's (configs/tictactoe_board.yaml). The
+`pkg:<dist>/<file>`, `hf:owner/name@revision`), `model.path` may name an arl checkpoint, or
+a run directory or its `checkpoints/` folder (their newest checkpoint): a run then starts
+from another run's policy, as full games start from the demo's (configs/tictactoe_board.yaml). The
 checkpoint is exported once (learner/export.py, its hashes verified first) into
 $ARL_HOME/models/checkpoints/<run>-<step>-<digest>, named after the sha256 of its manifest
 (which holds every file's hash), so a later run, the doctor and the plan reuse the folder.
@@ -30,7 +30,7 @@ def starting_model(path: str) -> str:
 
 def checkpoint_in(path: str) -> str | None:
     """The arl checkpoint `path` names (itself, or the newest in a run directory or its
-    `checkpoints/`), or None if it names none (a model folder, a file, a hub id, ...)."""
+    `checkpoints/`), or None if it names none (a model folder, a file, a hub model, ...)."""
     try:
         folder = local_path(path)  # cache:<name> as its folder; any other path as it is
     except ValueError:

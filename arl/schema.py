@@ -53,8 +53,9 @@ ARCHITECTURES = ("qwen2", "bailing_hybrid")
 @dataclass
 class ModelConfig:
     path: str = opt("cache:tiny-warmstart", "the policy: a model folder, cache:<name> (a model "
-                    "arl built, in $ARL_HOME/models), a .gguf file, pkg:<dist>/<file>, a hub "
-                    "id, or an arl checkpoint or run directory (its newest checkpoint)")
+                    "arl built, in $ARL_HOME/models), a .gguf file, pkg:<dist>/<file>, "
+                    "hf:owner/name@revision (the hub, at that revision), or an arl "
+                    "checkpoint or run directory (its newest checkpoint)")
     dtype: str = opt("auto", "rollout engine dtype; auto: bfloat16 on a GPU or a CPU with "
                      "bf16 instructions, else float32", choices=DTYPES)
 
@@ -107,6 +108,11 @@ class RolloutConfig:
     max_restarts: int = opt(3, "rebuilds per rollout worker after it dies; -1: no limit")
     timeout_s: float = opt(0.0, "a collect or weight load slower than this replaces the "
                            "worker; 0: off", check="non_negative")
+    episode_timeout_s: float = opt(600.0, "an episode whose own code takes longer ends as a "
+                                   "failure (rollout/timed_out_episodes; its group is not "
+                                   "trained on) and the step goes on: an env's reset and "
+                                   "steps together, or an agent function's time outside its "
+                                   "completions; 0: no limit", check="non_negative")
     fault_delay_s: float = opt(0.0, "fault drills: each collect first sleeps U(0, this) s",
                                check="non_negative")
     dynamic_sampling: bool = opt(False, "DAPO's dynamic sampling: train only on groups whose "

@@ -17,7 +17,8 @@ import tempfile
 import torch
 
 from arl.errors import ModelUnavailable
-from arl.model_path import cache_dir, is_hub_id, model_file
+from arl.folders import NotOurs
+from arl.model_path import HUB_PREFIX, cache_dir, hub_model, model_file
 from learner.checkpoint import sha256_file
 
 MARKER = "arl_gguf.json"
@@ -26,13 +27,14 @@ MARKER = "arl_gguf.json"
 def prepare_model(path: str, cache: str | None = None) -> str:
     """A local HF model directory (absolute) for `model.path`: the directory itself, the
     cached conversion of a GGUF file (`path` may be `pkg:<dist>/<file>`; in `cache`, default
-    $ARL_HOME/models/gguf), or the downloaded snapshot of a hub id (`owner/name`)."""
+    $ARL_HOME/models/gguf), or the downloaded snapshot of a hub model at its revision
+    (`hf:owner/name@revision`)."""
     cache = cache or cache_dir("gguf")
     source = model_file(path)
     if os.path.isdir(source):
         return os.path.abspath(source)
-    if is_hub_id(source):
-        return _download(source)
+    if source.startswith(HUB_PREFIX):
+        return _download(*hub_model(source))
     digest = sha256_file(source)
     stem = os.path.basename(source).removesuffix(".gguf")
     target = os.path.abspath(os.path.join(cache, f"{stem}-{digest[:12]}"))
@@ -44,8 +46,9 @@ def prepare_model(path: str, cache: str | None = None) -> str:
         _convert(source, tmp)
         with open(os.path.join(tmp, MARKER), "w", encoding="utf-8") as f:
             json.dump({"source": os.path.basename(source), "sha256": digest}, f)
-        if os.path.isdir(target):  # a half-made directory from before markers: replace it
-            shutil.rmtree(target)
+        if os.path.lexists(target):  # arl renames a conversion in only with its marker
+            raise NotOurs(f"{target} is in the way of a GGUF conversion and holds no "
+                          f"{MARKER}: arl replaces only its own folders; move it away")
         os.rename(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -53,19 +56,20 @@ def prepare_model(path: str, cache: str | None = None) -> str:
     return target
 
 
-def _download(repo_id: str) -> str:
-    """The hub model's safetensors, config and tokenizer in the local HF cache (downloaded
-    the first time; later runs find them there). Never pickled `.bin` weights."""
+def _download(repo_id: str, revision: str) -> str:
+    """The hub model's safetensors, config and tokenizer at `revision`, in the local HF
+    cache (downloaded the first time; later runs find them there). Never pickled `.bin`
+    weights, never its Python files."""
     from huggingface_hub import snapshot_download
 
     try:
-        return snapshot_download(repo_id, allow_patterns=[
+        return snapshot_download(repo_id, revision=revision, allow_patterns=[
             "*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken"])
     except Exception as e:  # the hub client raises many kinds: offline, 404, auth, network
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelUnavailable(
-            f"model.path {repo_id!r} is not a local directory and could not be downloaded "
-            f"from the hub ({reason[:160]}); give a local model folder, a .gguf file or "
+            f"model {HUB_PREFIX}{repo_id}@{revision} could not be downloaded from the hub "
+            f"({reason[:160]}); give a local model folder, a .gguf file or "
             "pkg:<dist>/<file>") from None
 
 

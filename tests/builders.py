@@ -177,3 +177,29 @@ class ScriptedEngine:
             out.append(Generation(np.array(reply_ids, dtype=np.int32),
                                   np.zeros(len(reply_ids), dtype=np.float32), True))
         return out
+
+
+def arl_cli(*args: str, env: dict | None = None, cwd=None, timeout: float = 120):
+    """`arl ARGS` as a user runs it: this interpreter's `python -m app.cli` in a subprocess
+    (in the repository unless `cwd`), with `env` added to this environment."""
+    import os
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=cwd or root,
+                          timeout=timeout, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root), **(env or {})})
+
+
+def one_line_exit_2(out, *fragments: str) -> str:
+    """The one line a refused `arl` command printed (exit status 2, no traceback), which must
+    hold every fragment."""
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()
+             and "Setting accelerator to CPU" not in line]  # DeepSpeed's import notice
+    assert len(lines) == 1, out.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]

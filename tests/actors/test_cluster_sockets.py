@@ -1,4 +1,6 @@
-"""The embedded Ray that `arl train` starts listens on the loopback address only."""
+"""The embedded Ray that `arl train` starts, and everything arl starts on it (a multi-rank
+learner's rendezvous and gloo group, a weight-sync group), listen on the loopback address
+only."""
 
 from __future__ import annotations
 
@@ -41,6 +43,52 @@ def test_embedded_cluster_listens_on_loopback_only():
     sockets = json.loads(line.removeprefix("SOCKETS "))
     assert len(sockets) >= 3, sockets  # GCS, raylet, object manager at least
     loopback = ("127.0.0.1", "::1", "::ffff:127.0.0.1")  # the last: IPv4-mapped, dual stack
+    exposed = [s for s in sockets if s[0] not in loopback]
+    assert not exposed, f"listening beyond loopback: {exposed}"
+
+
+# Two data-parallel learner ranks joined in one gloo group (its rendezvous store on rank 0),
+# after a step together; then every socket the driver's process tree listens on.
+GROUP_SCRIPT = """
+import json, sys
+import numpy as np
+import psutil
+import ray
+from actors.connect import connect, shutdown
+from actors.group import ActorGroup
+from actors.learner import LearnerWorker
+from arl.config import LearnerConfig, ModelConfig, RayConfig
+from tests.builders import random_trajectories
+
+connect(RayConfig(address="local", num_cpus=2))
+cfg = LearnerConfig(lr=1e-3, mini_batches=1, micro_batch_size=4, num_workers=2)
+group = ActorGroup(LearnerWorker, [(ModelConfig(path=sys.argv[1], dtype="float32"), cfg, 10,
+                                    0, 1.0, 1)] * 2, num_cpus=1)
+address, port = group.get(group.submit_one(0, "rendezvous", ()))
+group.get(group.submit("join_group", [(r, 2, address, port) for r in range(2)]))
+batch = ray.put(random_trajectories(8, seed=0, vocab=300))
+group.get(group.submit("step", [(np.ones(8, dtype=np.float32), np.ones(8, dtype=bool),
+                                  batch)] * 2))
+me = psutil.Process()
+pids = {me.pid} | {p.pid for p in me.children(recursive=True)}
+sockets = [(c.laddr.ip, c.laddr.port) for c in psutil.net_connections("inet")
+           if c.status == psutil.CONN_LISTEN and c.pid in pids]
+shutdown()
+print("SOCKETS", json.dumps({"address": address, "port": port, "sockets": sockets}))
+"""
+
+
+def test_a_multi_rank_learner_listens_on_loopback_only(tiny_model_dir):
+    done = subprocess.run([sys.executable, "-c", GROUP_SCRIPT, tiny_model_dir], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300,
+                          env={**_env_without_ray_address(), "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(ln for ln in done.stdout.splitlines() if ln.startswith("SOCKETS "))
+    found = json.loads(line.removeprefix("SOCKETS "))
+    sockets = [tuple(s) for s in found["sockets"]]
+    assert found["address"] == "127.0.0.1"
+    assert ("127.0.0.1", found["port"]) in sockets  # the rendezvous store, on loopback
+    loopback = ("127.0.0.1", "::1", "::ffff:127.0.0.1")
     exposed = [s for s in sockets if s[0] not in loopback]
     assert not exposed, f"listening beyond loopback: {exposed}"
 

@@ -3,30 +3,20 @@ and what to do, exit status 2, no traceback (the `arl` command in a real subproc
 
 from __future__ import annotations
 
-import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
+
+from tests.builders import arl_cli, one_line_exit_2
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+_one_line_exit_2 = one_line_exit_2
+
+
 def _arl(*args: str, env: dict | None = None, cwd: pathlib.Path = ROOT):
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=cwd, timeout=120,
-                          capture_output=True, text=True, env={**os.environ, **(env or {})})
-
-
-def _one_line_exit_2(out: subprocess.CompletedProcess, *fragments: str) -> str:
-    assert out.returncode == 2, out.stdout + out.stderr
-    assert "Traceback" not in out.stderr, out.stderr
-    lines = [line for line in out.stderr.splitlines() if line.strip()
-             and "Setting accelerator to CPU" not in line]  # DeepSpeed's import notice
-    assert len(lines) == 1, out.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
+    return arl_cli(*args, env=env, cwd=cwd)
 
 
 def test_malformed_yaml_names_the_file_and_line(tmp_path):
@@ -65,12 +55,19 @@ def test_unknown_key_in_a_file_suggests_the_closest(tmp_path):
                      "did you mean 'learner.lr'")
 
 
-def test_hub_id_without_a_hub(tmp_path):
-    out = _arl("train", "configs/ci.yaml", "model.path=Qwen/Qwen2.5-0.5B-Instruct",
+def test_hub_model_without_a_hub(tmp_path):
+    out = _arl("train", "configs/ci.yaml", "model.path=hf:Qwen/Qwen2.5-0.5B-Instruct@main",
                f"output_dir={tmp_path}",
                env={"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")})
-    _one_line_exit_2(out, "Qwen/Qwen2.5-0.5B-Instruct", "could not be downloaded")
+    _one_line_exit_2(out, "hf:Qwen/Qwen2.5-0.5B-Instruct@main", "could not be downloaded")
     assert "Ray" not in out.stdout + out.stderr  # it failed before Ray started
+
+
+def test_a_missing_path_is_not_a_download(tmp_path):
+    out = _arl("train", "configs/ci.yaml", "model.path=Qwen/Qwen2.5-0.5B-Instruct",
+               f"output_dir={tmp_path}")
+    _one_line_exit_2(out, "no model folder at 'Qwen/Qwen2.5-0.5B-Instruct'",
+                     "hf:Qwen/Qwen2.5-0.5B-Instruct@<revision>")
 
 
 def test_missing_model_built_by_arl_says_to_warm_start(tmp_path):

@@ -125,22 +125,47 @@ def test_vllm_engine_without_the_extra_names_it(warm_model_dir, tmp_path):
     assert "make venv-vllm" in str(err.value) and ".[vllm]" in str(err.value)
 
 
-def test_hub_ids_pass_offline_and_fail_clearly_without_a_hub(tmp_path, monkeypatch):
+def test_hub_models_are_named_with_a_revision_and_fail_clearly_without_a_hub(tmp_path,
+                                                                            monkeypatch):
     from arl.errors import ModelUnavailable
-    from arl.model_path import is_hub_id
+    from arl.model_path import hub_model
     from learner.gguf import prepare_model
 
-    assert is_hub_id("Qwen/Qwen2.5-0.5B-Instruct")
-    assert not is_hub_id("./Qwen/x") and not is_hub_id("a/b/c") and not is_hub_id("m.gguf")
-    cfg = load_config([], ["model.path=Qwen/Qwen2.5-0.5B-Instruct"])  # no hub needed yet
-    assert cfg.model.path == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert hub_model("hf:Qwen/Qwen2.5-0.5B-Instruct@7ae557604adf67be50417f59c2c2f167def9a775") \
+        == ("Qwen/Qwen2.5-0.5B-Instruct", "7ae557604adf67be50417f59c2c2f167def9a775")
+    for bad in ("hf:Qwen/Qwen2.5-0.5B-Instruct", "hf:Qwen@main", "hf:a/b/c@main",
+                "hf:../x@main", "hf:a/b@"):
+        with pytest.raises(ModelUnavailable, match="hf:owner/name@revision"):
+            hub_model(bad)
+    cfg = load_config([], ["model.path=hf:Qwen/Qwen2.5-0.5B-Instruct@main"])  # no hub yet
+    assert cfg.model.path == "hf:Qwen/Qwen2.5-0.5B-Instruct@main"
     import huggingface_hub.constants as hub
 
     # Offline, with an empty cache: the download must fail, fast and by name.
     monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path))
-    with pytest.raises(ModelUnavailable, match="Qwen/Qwen2.5-0.5B-Instruct"):
-        prepare_model("Qwen/Qwen2.5-0.5B-Instruct")
+    with pytest.raises(ModelUnavailable, match="hf:Qwen/Qwen2.5-0.5B-Instruct@main"):
+        prepare_model("hf:Qwen/Qwen2.5-0.5B-Instruct@main")
+
+
+def test_a_path_that_names_nothing_is_never_a_download(tmp_path, monkeypatch):
+    """A relative path that does not exist is an error naming it, whatever its shape; the
+    hub loader is never reached (it would raise here: a sentinel)."""
+    import huggingface_hub
+
+    from arl.errors import ModelUnavailable
+    from learner.gguf import prepare_model
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("a missing path reached the hub loader")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_download)
+    monkeypatch.chdir(tmp_path)
+    for path in ("Qwen/Qwen2.5-0.5B-Instruct", "models/mine", "mine"):
+        with pytest.raises(ModelUnavailable, match="no model folder at"):
+            prepare_model(path)
+        with pytest.raises(ConfigError, match="no model folder at"):
+            load_config([], [f"model.path={path}"])
 
 
 def test_cli_rejects_unknown_key_before_anything_heavy_is_imported():
