@@ -171,6 +171,9 @@ class _Endpoint:
             return _error(web, err)
         except (RuntimeError, asyncio.CancelledError) as err:
             return _error(web, RequestError(str(err) or "the episode ended", status=500))
+        except Exception as err:  # a bug of arl's: the half-recorded turn is never trained on
+            episode.failure = episode.failure or f"the endpoint failed: {type(err).__name__}"
+            return _error(web, RequestError(episode.failure, status=500))
 
     async def models(self, request: Any) -> Any:
         from aiohttp import web

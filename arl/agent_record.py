@@ -32,9 +32,12 @@ from typing import Any
 import numpy as np
 
 from arl.episode import ChatRenderer, parse_turn
+from arl.tool_schema import schema_problem
 from arl.types import Generation, Message, ToolCall, ToolCallError, ToolSchema, Turn
 
 TOOL_CALL_ERROR = "arl_tool_call_error"  # the assistant message's key for a failed parse
+SCHEMA_SUBSET = ("object, array, integer, number, string, boolean with properties, required, "
+                 "items, minimum, maximum, minItems, maxItems, minLength, maxLength, enum")
 MAX_MESSAGE_CHARS = 100_000  # one message's content; more is refused, not truncated
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
          "tool": "tool"}
@@ -153,7 +156,11 @@ class AgentEpisode:
         message: dict[str, Any] = {"role": "assistant", "content": text}
         finish = "stop" if finished else "length"
         if parse:
-            turn = parse_turn(text, finished, tools)
+            try:
+                turn = parse_turn(text, finished, tools)
+            except Exception as err:  # a schema the checks let through: never trained on
+                self.failure = f"the tools could not be applied: {type(err).__name__}"
+                raise RequestError(self.failure, "tools", status=400) from None
             self.tool_calls += isinstance(turn, ToolCall)
             self.invalid_calls += isinstance(turn, ToolCallError)
             message, finish = _with_call(message, turn, finish, f"call_{self.index}_"
@@ -323,6 +330,10 @@ def _tools(raw: Any) -> tuple[ToolSchema, ...]:
         parameters = function.get("parameters") or {"type": "object", "properties": {}}
         if not isinstance(parameters, dict) or parameters.get("type") != "object":
             raise RequestError(f"tools[{i}].function.parameters must be an object schema",
+                               f"tools[{i}]")
+        problem = schema_problem(parameters, f"tools[{i}].function.parameters")
+        if problem:  # refused before anything is sampled: nothing of this turn is recorded
+            raise RequestError(f"{problem} (arl's tool schemas: {SCHEMA_SUBSET})",
                                f"tools[{i}]")
         tools.append(ToolSchema(function["name"], str(function.get("description") or ""),
                                 parameters))

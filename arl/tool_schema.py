@@ -42,6 +42,42 @@ def safe_snippet(text: str, limit: int = SNIPPET_CHARS) -> str:
     return f"'{short}'" + ("..." if len(text) > limit else "")
 
 
+_COUNTS = ("minItems", "maxItems", "minLength", "maxLength")
+
+
+def schema_problem(schema: Any, path: str = "parameters") -> str | None:
+    """None if `schema` is a schema of the supported subset, well formed (so that
+    `validate_arguments` never raises on it), else one short message naming where it is not.
+    For schemas from elsewhere (an agent's request), checked before they are used."""
+    if not isinstance(schema, dict) or schema.get("type") not in _KEYWORDS:
+        return f"{path}: type must be one of {sorted(_KEYWORDS)}"
+    unknown = sorted(set(schema) - _KEYWORDS[schema["type"]] - _ANNOTATIONS)
+    if unknown:
+        return f"{path}: unsupported keyword {safe_snippet(str(unknown[0]))}"
+    for key in ("minimum", "maximum"):
+        value = schema.get(key, 0)
+        if type(value) not in (int, float) or (type(value) is float and not math.isfinite(value)):
+            return f"{path}.{key} must be a finite number"
+    for key in _COUNTS:
+        if key in schema and (type(schema[key]) is not int or schema[key] < 0):
+            return f"{path}.{key} must be a whole number >= 0"
+    if "enum" in schema and not (isinstance(schema["enum"], list) and schema["enum"]):
+        return f"{path}.enum must be a non-empty list"
+    if schema["type"] == "array":
+        return schema_problem(schema.get("items"), f"{path}.items")
+    if schema["type"] == "object":
+        properties, required = schema.get("properties", {}), schema.get("required", [])
+        if not isinstance(properties, dict) or not all(isinstance(k, str) for k in properties):
+            return f"{path}.properties must map names to schemas"
+        if not isinstance(required, list) or not all(isinstance(k, str) for k in required):
+            return f"{path}.required must be a list of names"
+        for name, item in properties.items():
+            problem = schema_problem(item, f"{path}.properties.{safe_snippet(name)[1:-1]}")
+            if problem:
+                return problem
+    return None
+
+
 def validate_arguments(schema_parameters: dict[str, Any], arguments: Any) -> str | None:
     """None if `arguments` satisfies `schema_parameters` (a tool's `parameters`, an object
     schema), else one short message naming the first offending argument. Never raises for

@@ -31,12 +31,12 @@ def _renderer(engine):
     return ChatRenderer(tok, stop_token=tok.eos_token)
 
 
-def _play_agent(engine, agent, episodes, max_turns, seed=2, wrap=None):
+def _play_agent(engine, agent, episodes, max_turns, seed=2, wrap=None, timeout_s=0.0):
     """One group of `episodes` agent episodes of the one-move task's config."""
     tasks = [AgentTask(1, 0, i, env_config(), max_turns=max_turns) for i in range(episodes)]
     return play_agent_episodes(wrap(engine) if wrap else engine, _renderer(engine), agent,
                                tasks, SamplingParams(1.0, 1.0, 8, seed=seed), max_turns,
-                               "127.0.0.1")
+                               "127.0.0.1", timeout_s)
 
 
 def _both(engine, cfg, seeds, group_size, max_turns, max_new_tokens=24):
@@ -203,3 +203,62 @@ def test_non_finite_sampler_logprobs_fail_the_episode(engine):
     assert first.failure == "the engine returned non-finite sampler log-probs"
     assert second.failure is None and np.isfinite(second.sampler_logprobs).all()
 
+
+
+BAD_SCHEMA = [{"type": "function", "function": {"name": "choose_square", "parameters": {
+    "type": "object", "properties": {"square": {"type": "integer", "minimum": "one"}}}}}]
+
+
+async def _bad_schema_agent(client, task):
+    """Sends a tool schema arl cannot apply, swallows the refusal and claims a reward."""
+    try:
+        await client.chat.completions.create(model="m", tools=BAD_SCHEMA, messages=[
+            {"role": "user", "content": "play"}])
+    except openai.APIStatusError as err:
+        SEEN[f"schema-{task.variant}"] = f"{err.status_code} {err.message}"
+    if task.variant == 1:  # then asks properly: its episode trains
+        return await env_agent(client, task)
+    return 1.0
+
+
+def test_a_bad_tool_schema_is_a_400_and_its_turn_is_never_trained_on(engine):
+    refused, recovered = _play_agent(engine, _bad_schema_agent, episodes=2, max_turns=2)
+    assert SEEN["schema-0"].startswith("400 ") and "minimum must be a finite number" in \
+        SEEN["schema-0"]
+    assert refused.failure == "the agent made no request" and len(refused.token_ids) == 0
+    assert refused.metrics["rollout/agent_request_errors"] == 1
+    assert recovered.failure is None and recovered.num_turns == 1
+
+
+async def _stuck_agent(client, task):
+    """Variant 0 never returns: it waits on something that never comes."""
+    if task.variant == 0:
+        await asyncio.sleep(3600)
+    return await env_agent(client, task)
+
+
+def test_a_stuck_agent_times_out_and_the_others_play_on(engine):
+    stuck, *others = _play_agent(engine, _stuck_agent, episodes=3, max_turns=1, timeout_s=1.0)
+    assert stuck.failure.startswith("timed out") and "rollout.episode_timeout_s" in stuck.failure
+    assert stuck.metrics["rollout/timed_out_episodes"] == 1
+    assert all(t.failure is None and t.num_turns == 1 for t in others)
+    assert all(t.metrics["rollout/timed_out_episodes"] == 0 for t in others)
+
+
+class _SlowEngine:
+    """Takes 1.5 s a generate call: longer than the agents' own time limit."""
+
+    def __init__(self, engine):
+        self.engine, self.version = engine, engine.version
+
+    def generate(self, prompts, params):
+        import time
+
+        time.sleep(1.5)
+        return self.engine.generate(prompts, params)
+
+
+def test_time_spent_waiting_for_completions_is_not_the_agents_own(engine):
+    trajs = _play_agent(engine, env_agent, episodes=2, max_turns=1, wrap=_SlowEngine,
+                        timeout_s=1.0)
+    assert all(t.failure is None and t.num_turns == 1 for t in trajs)

@@ -97,6 +97,32 @@ def test_report_opened_as_a_file(run_dir, tmp_path):
     assert 'class="game"' in dom.stdout and dom.stdout.count('class="chart"') >= 6
 
 
+HOSTILE = ('</script><script>document.body.dataset.pwned = "1"</script><!--<script>'
+           '<img src=x onerror="document.body.dataset.pwned=2">]]>&amp;')
+
+
+def test_a_hostile_sample_is_shown_as_text_and_runs_nothing(run_dir, tmp_path):
+    """Model output that tries to end the data element, open a comment or add a script is
+    text on the page: the replay still works, nothing of it runs, nothing is fetched."""
+    hostile = tmp_path / "hostile"
+    shutil.copytree(run_dir, hostile)
+    with open(hostile / "samples.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps({"step": 99, "reward": 1.0, "outcome": "win", "messages": [
+            {"role": "user", "content": "your move"},
+            {"role": "assistant", "content": HOSTILE}]}) + "\n")
+    write_report(str(hostile))
+    page = (hostile / "report.html").read_text()
+    assert "</script><script>" not in page and "<!--" not in page and "<img" not in page
+    net = tmp_path / "net.json"
+    dom = _chromium(tmp_path, (hostile / "report.html").as_uri(), "--dump-dom",
+                    f"--log-net-log={net}").stdout
+    assert "data-pwned" not in dom and "<img" not in dom  # no script ran, no element made
+    assert "&lt;/script&gt;&lt;script&gt;document.body.dataset.pwned" in dom  # text, shown
+    assert 'class="game"' in dom and "move 2 of" in dom  # the page's own script ran
+    assert "step 99: reward 1, outcome win" in dom
+    assert not {u for u in _page_requests(net, "file://") if not u.startswith("file://")}
+
+
 def test_the_server_serves_the_report_only(run_dir):
     import urllib.error
     import urllib.request

@@ -45,13 +45,14 @@ def _segments(mask: np.ndarray) -> list[tuple[int, int, int]]:
     return runs
 
 
-def _play(model_dir, env_cfg, seeds, max_new_tokens=24, max_turns=6):
+def _play(model_dir, env_cfg, seeds, max_new_tokens=24, max_turns=6, timeout_s=0.0):
     engine = RecordingEngine(HFEngine(model_dir, dtype="float32"))
     tok = engine.engine.get_tokenizer()
     renderer = ChatRenderer(tok, stop_token=tok.eos_token)
     starts = [(make_env(env_cfg), s, i) for i, s in enumerate(seeds)]
     params = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=7)
-    return engine, renderer, run_episodes(engine, renderer, starts, params, max_turns=max_turns)
+    return engine, renderer, run_episodes(engine, renderer, starts, params, max_turns=max_turns,
+                                          timeout_s=timeout_s)
 
 
 @pytest.mark.parametrize("max_new_tokens", [24, 3])
@@ -114,10 +115,12 @@ def test_cut_off_turn_is_never_a_move(warm_model_dir):
 
 
 def test_same_seed_same_batch(warm_model_dir):
+    """Also with the env's calls bounded in time (on a helper thread): the same episodes."""
     _, _, a = _play(warm_model_dir, RETRY_GAME, range(4))
-    _, _, b = _play(warm_model_dir, RETRY_GAME, range(4))
+    _, _, b = _play(warm_model_dir, RETRY_GAME, range(4), timeout_s=600.0)
     for x, y in zip(a, b, strict=True):
         assert x.token_ids.tolist() == y.token_ids.tolist() and x.reward == y.reward
+        assert x.num_turns == y.num_turns and x.outcome == y.outcome
 
 
 class _BrokenEnv:
@@ -175,6 +178,54 @@ def test_env_exceptions_fail_only_their_episode(warm_model_dir):
     assert broken.num_turns == 2
     assert broken.failure == "env.step raised RuntimeError: opponent crashed with a traceback"
     assert all(t.failure is None and t.num_turns >= 1 for t in trajs[2:])
+
+
+class _StuckEnv:
+    """Wraps a real env; its reset or second step never answers: it sleeps (waiting on
+    something that never comes) or spins (a loop that never ends) until `release` is set,
+    which the test does at its end."""
+
+    def __init__(self, env, stuck_in: str, release):
+        self.env, self.stuck_in, self.release, self.steps = env, stuck_in, release, 0
+
+    def _hang(self):
+        if self.stuck_in.endswith("spin"):
+            while not self.release.is_set():
+                pass
+        self.release.wait()
+
+    def reset(self, seed):
+        if self.stuck_in == "reset":
+            self._hang()
+        return self.env.reset(seed)
+
+    def step(self, turn):
+        self.steps += 1
+        if self.stuck_in.startswith("step") and self.steps == 2:
+            self._hang()
+        return self.env.step(turn)
+
+
+def test_an_env_that_never_answers_times_out_and_the_others_play_on(warm_model_dir):
+    import threading
+
+    engine = HFEngine(warm_model_dir, dtype="float32")
+    tok = engine.get_tokenizer()
+    renderer = ChatRenderer(tok, stop_token=tok.eos_token)
+    release = threading.Event()
+    starts = [(_StuckEnv(make_env(RETRY_GAME), stuck, release), s, s)
+              for s, stuck in enumerate(["reset", "step", "step-spin", "never", "never"])]
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=24, seed=3)
+    try:
+        trajs = run_episodes(engine, renderer, starts, params, max_turns=6, timeout_s=1.0)
+    finally:
+        release.set()  # the abandoned calls may end now
+    assert trajs[0].failure.startswith("env.reset timed out") and len(trajs[0].token_ids) == 0
+    for stuck in trajs[1:3]:
+        assert stuck.failure.startswith("env.step timed out") and stuck.num_turns == 2
+        assert "rollout.episode_timeout_s (1 s)" in stuck.failure
+    assert [t.metrics["rollout/timed_out_episodes"] for t in trajs] == [1, 1, 1, 0, 0]
+    assert all(t.failure is None and t.outcome is not None for t in trajs[3:])
 
 
 def test_non_finite_rewards_and_logprobs_fail_their_episode(warm_model_dir):

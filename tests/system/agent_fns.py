@@ -12,3 +12,13 @@ async def mixed(client, task):
         await client.chat.completions.create(model=task.model, temperature=0.3, messages=[
             {"role": "user", "content": "hello"}])
     return await calculator(client, task)
+
+
+async def stuck(client, task):
+    """The calculator agent, except in group 1 of every step, which waits forever on
+    something that never comes (a tool server that hangs)."""
+    import asyncio
+
+    if task.group_id % 2 == 1:
+        await asyncio.sleep(3600)
+    return await calculator(client, task)

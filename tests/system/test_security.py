@@ -10,6 +10,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FOLDERS = ("arl", "actors", "learner", "envs", "bench", "tests")
 # Anything that runs text as code or unpickles bytes.
@@ -105,3 +107,30 @@ def test_secrets_never_reach_the_run_files_or_the_ray_logs(tmp_path, warm_model_
                 if canary.encode() in path.read_bytes():
                     leaks.append(str(path))
     assert not leaks, leaks
+
+
+@pytest.mark.parametrize("honour_gitignore", [True, False])
+def test_a_jobs_upload_never_carries_secrets_or_runs(tmp_path, honour_gitignore):
+    """`ray job submit --working-dir .` zips the working directory with Ray's own packager:
+    .env (API keys), key files and runs stay behind, also where Ray is told to ignore
+    .gitignore (RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1): .rayignore says so too."""
+    import shutil
+    import zipfile
+
+    from ray._private.runtime_env.packaging import create_package
+
+    work = tmp_path / "work"
+    (work / "runs" / "ci").mkdir(parents=True)
+    for name in (".gitignore", ".rayignore"):
+        shutil.copy(ROOT / name, work / name)
+    (work / ".env").write_text("WANDB_API_KEY=secret\n")
+    (work / ".env.local").write_text("HF_TOKEN=secret\n")
+    (work / "id.pem").write_text("-----BEGIN PRIVATE KEY-----\n")
+    (work / "runs" / "ci" / "metrics.jsonl").write_text("{}\n")
+    (work / "configs.yaml").write_text("steps: 1\n")
+    target = tmp_path / "package.zip"
+    create_package(str(work), target, include_gitignore=honour_gitignore)
+    names = zipfile.ZipFile(target).namelist()
+    assert any(n.endswith("configs.yaml") for n in names), names
+    leaked = [n for n in names if ".env" in n or n.endswith(".pem") or "runs/" in n]
+    assert not leaked, leaked
