@@ -11,18 +11,22 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.util
-import ipaddress
 import logging
-import math
 import os
-import re
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-from arl.env_spec import EnvSpec, registered_names, resolve_env
-from arl.errors import VALUE_CHARS, UserError, one_line, shown
+from arl.config_sources import MISSING, first_key, load_yaml, parse_override, select
+from arl.config_values import (  # noqa: F401 (is_loopback, recorded_env: from here)
+    check_hosts,
+    check_plain,
+    is_loopback,
+    recorded_env,
+)
+from arl.env_spec import EnvSpec, resolve_env
+from arl.errors import ConfigError, UserError, one_line, shown
 from arl.model_path import model_file
 from arl.schema import (  # noqa: F401 (the sections are imported from here)
     CHECKS,
@@ -43,16 +47,6 @@ from arl.schema import (  # noqa: F401 (the sections are imported from here)
 log = logging.getLogger(__name__)
 
 
-class ConfigError(UserError, ValueError):
-    """A config value is unknown, mistyped or impossible. `key` is its dotted path (cut to
-    80 characters where the user typed it)."""
-
-    def __init__(self, key: str, message: str):
-        key = one_line(key, VALUE_CHARS)
-        super().__init__(f"config error at '{key}': {message}")
-        self.key = key
-
-
 def load_config(
     paths: list[str] | tuple[str, ...] = (),
     overrides: list[str] | tuple[str, ...] = (),
@@ -68,7 +62,7 @@ def load_config(
     `check_paths=False` skips checks that need files (e.g. `model.path` before a warm start).
     Raises ConfigError naming the offending key (with the closest known key for a typo).
     """
-    sources = [(path, _load_yaml(path)) for path in paths]
+    sources = [(path, load_yaml(path)) for path in paths]
     if recorded is not None:
         paths = [*paths, recorded[0]]
         sources.append((recorded[0], OmegaConf.create(recorded[1])))
@@ -78,14 +72,14 @@ def load_config(
         if not item.isprintable():
             raise ConfigError(item.split("=", 1)[0], "the override holds a NUL, a line break "
                               "or another control character")
-        sources.append((item, _parse_override(item)))
+        sources.append((item, parse_override(item)))
     spec = _env_spec(sources)
     merged = OmegaConf.structured(Config)
     merged.env = OmegaConf.structured(spec.config)
     for i, (source, node) in enumerate(sources):
         if i >= len(paths):  # an override: it may only set a key the schema has
             key = source.split("=", 1)[0].strip()
-            if _select(merged, key) is _MISSING:
+            if select(merged, key) is MISSING:
                 raise ConfigError(key, _unknown(key, spec))
         merged = _merge(merged, node, source, spec)
     try:  # resolves interpolations (${...}): the first place a bad one shows
@@ -96,17 +90,6 @@ def load_config(
     cfg.env.name = cfg.env.name or spec.name
     validate(cfg, check_paths=check_paths)
     return cfg
-
-
-_MISSING = object()
-
-
-def _select(node: Any, key: str) -> Any:
-    """The value at dotted `key`, or _MISSING where there is none or the key is no key."""
-    try:
-        return OmegaConf.select(node, key, default=_MISSING)
-    except (OmegaConfBaseException, IndexError, ValueError, TypeError):
-        return _MISSING
 
 
 def _env_spec(sources: list[tuple[str, Any]]) -> EnvSpec:
@@ -124,70 +107,17 @@ def _env_spec(sources: list[tuple[str, Any]]) -> EnvSpec:
                           ) from None
 
 
-_KEY = re.compile(r"[A-Za-z_]\w*(\.\w+)*")
-
-
-def _parse_override(item: str) -> Any:
-    """One `key=value` as an omegaconf node (the value read as YAML); ConfigError naming the
-    key when the value does not parse."""
-    import yaml
-
-    key = item.split("=", 1)[0]
-    if not _KEY.fullmatch(key.strip()):
-        raise ConfigError(key, "not a config key: dotted names such as learner.lr")
-    try:
-        return OmegaConf.from_dotlist([item])
-    except (yaml.YAMLError, OmegaConfBaseException, ValueError, TypeError, IndexError) as err:
-        reason = str(getattr(err, "problem", None) or err).splitlines()[0]
-        raise ConfigError(item.split("=", 1)[0], "the value does not parse as YAML "
-                          f"({one_line(reason, 120)})") from None
-
-
-def _load_yaml(path: str) -> Any:
-    """A YAML file as an omegaconf node; ConfigError with the line for malformed YAML."""
-    import yaml
-
-    if not os.path.isfile(path):
-        raise ConfigError("<file>", f"config file not found: {path}")
-    try:
-        node = OmegaConf.load(path)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else path
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError("<file>", f"{where}: not valid YAML ({problem})") from None
-    except UnicodeDecodeError:
-        raise ConfigError("<file>", f"{path}: not UTF-8 text") from None
-    except (OSError, OmegaConfBaseException, ValueError, TypeError) as err:
-        # omegaconf's refusals: a lone number or string, keys that are not strings, ...
-        reason = one_line(str(err).splitlines()[0] if str(err) else type(err).__name__, 120)
-        raise ConfigError("<file>", f"{path}: must hold a mapping of keys ({reason})") from None
-    if not isinstance(node, DictConfig):
-        raise ConfigError("<file>", f"{path}: must hold a mapping of keys, not a list")
-    return node
-
-
 def _merge(base: Any, other: Any, source: str, spec: EnvSpec) -> Any:
     try:
         return OmegaConf.merge(base, other)
     except TypeError as err:  # a mapping where a list goes, or the other way round
-        raise ConfigError(_first_key(other), f"{err} (from {source})") from None
+        raise ConfigError(first_key(other), f"{err} (from {source})") from None
     except OmegaConfBaseException as err:
         key = str(getattr(err, "full_key", None) or "<unknown>")
         reason = str(err).splitlines()[0]
         if isinstance(err, ConfigKeyError):
             reason = _unknown(key, spec)
         raise ConfigError(key, f"{reason} (from {source})") from None
-
-
-def _first_key(node: Any) -> str:
-    """The dotted path of the first leaf of `node` (what a one-key override sets)."""
-    parts = []
-    while isinstance(node, DictConfig) and len(node):
-        name = next(iter(node))
-        parts.append(str(name))
-        node = node._get_node(name)
-    return ".".join(parts) or "<unknown>"
 
 
 def _unknown(key: str, spec: EnvSpec) -> str:
@@ -245,14 +175,14 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
     env = type(cfg.env)
     for key in keys(env=env):
         meta, value = field_info(key, env)[0].metadata, _get(cfg, key)
-        _check_plain(key, value)
+        check_plain(key, value)
         if meta["choices"] and value not in meta["choices"]:
             raise ConfigError(key, f"must be one of {list(meta['choices'])}, got {shown(value)}")
         if meta["check"]:
             test, allowed = CHECKS[meta["check"]]
             if not test(value):
                 raise ConfigError(key, f"must be {allowed}, got {shown(value)}")
-    _check_hosts(cfg)
+    check_hosts(cfg)
     _check_rollout(cfg)
     spec = resolve_env(cfg.env.name)
     if not isinstance(cfg.env, spec.config):
@@ -279,89 +209,6 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
             model_file(cfg.model.path)
         except (FileNotFoundError, ValueError) as err:
             raise ConfigError("model.path", str(err)) from err
-
-
-_CODE_REF = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
-
-
-def recorded_env(values: Any, source: str) -> dict[str, Any]:
-    """The env section that a config from elsewhere records (a checkpoint's learner.json:
-    its author's claim, not the user's), as values `load_config(recorded=...)` can merge:
-    those of keys its env's config type has. Nothing in it may name code: its `env.name`
-    must be an installed env (never `package.module:attr`), and no key may name code to
-    import (`opt(code=True)`, or any text shaped `package.module:attr`). UserError, one line
-    naming `source` and the key, otherwise: the user passes the env explicitly instead."""
-    if not isinstance(values, dict):
-        return {}
-    name = values.get("name") or "default"
-    refuse = (f"{source} names code to import (env.{{}}={{}}): arl never imports code a "
-              "checkpoint names; choose the env yourself (arl eval --env NAME)")
-    if not isinstance(name, str) or _CODE_REF.fullmatch(name) or ":" in name:
-        raise UserError(refuse.format("name", shown(name)))
-    if name not in registered_names():
-        raise UserError(f"{source} was trained on env {shown(name)}, which is not installed "
-                        "here; choose the env yourself (arl eval --env NAME)")
-    spec = resolve_env(name)
-    fields = {f.name: f for f in dataclasses.fields(spec.config)}
-    kept = {k: v for k, v in values.items() if k in fields}
-    for key, value in kept.items():
-        if key != "name" and (fields[key].metadata.get("code") and value
-                              or _names_code(value)):
-            raise UserError(refuse.format(key, shown(value)))
-    return kept
-
-
-def _names_code(value: Any) -> bool:
-    """Whether `value` (JSON) holds a string shaped `package.module:attr`."""
-    if isinstance(value, str):
-        return _CODE_REF.fullmatch(value) is not None
-    if isinstance(value, dict):
-        return any(_names_code(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_names_code(v) for v in value)
-    return False
-
-
-def _check_plain(key: str, value: Any) -> None:
-    """ConfigError unless every number in `value` is finite and every string free of NUL
-    bytes (inf passes `> 0`, and a NUL byte fails every file call far from its key)."""
-    items = value.items() if isinstance(value, dict) else (
-        enumerate(value) if isinstance(value, list) else None)
-    if items is not None:
-        for name, item in items:
-            _check_plain(f"{key}.{name}", item)
-    elif isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(key, f"must be a finite number, got {value!r}")
-    elif isinstance(value, str) and "\x00" in value:
-        raise ConfigError(key, "holds a NUL byte")
-
-
-LOOPBACK_NAMES = ("localhost",)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` is this machine's loopback address (127.0.0.0/8, ::1, localhost)."""
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _check_hosts(cfg: Config) -> None:
-    """The addresses arl binds to stay on loopback unless `ray.allow_remote` says otherwise;
-    then each one that does not logs a warning."""
-    for key in ("ray.host", "rollout.endpoint_host"):
-        host = _get(cfg, key)
-        if is_loopback(host):
-            continue
-        if not cfg.ray.allow_remote:
-            raise ConfigError(key, f"{shown(host)} is not a loopback address: other machines "
-                              "could reach what listens there; set ray.allow_remote=true "
-                              "to mean it")
-        log.warning("%s=%s: listening where other machines can reach it (ray.allow_remote)",
-                    key, host)
 
 
 def _check_rollout(cfg: Config) -> None:

@@ -14,6 +14,16 @@ class UserError(Exception):
     """Something the user gave arl is wrong; the message says what, and what to do."""
 
 
+class ConfigError(UserError, ValueError):
+    """A config value is unknown, mistyped or impossible. `key` is its dotted path (cut to
+    80 characters where the user typed it)."""
+
+    def __init__(self, key: str, message: str):
+        key = one_line(key, VALUE_CHARS)
+        super().__init__(f"config error at '{key}': {message}")
+        self.key = key
+
+
 class ModelUnavailable(UserError, FileNotFoundError):
     """`model.path` names no model this machine can load."""
 

@@ -31,11 +31,8 @@ checkpoint or a whole one.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
-import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,8 +41,20 @@ from typing import Any
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from arl.errors import UserError, shown
+from arl.errors import shown
 from arl.pointer import write_latest
+from learner.checkpoint_files import (  # noqa: F401 (CheckpointError, sha256_file: callers')
+    MANIFEST_FILE,
+    CheckpointError,
+    fsync_dir,
+    fsync_file,
+    json_of,
+    read_json,
+    read_verified,
+    sha256_file,
+    verify_file,
+    write_json,
+)
 
 FORMAT = 2
 READABLE_FORMATS = (1, 2)  # format 1: no hf/ folder (the model is the run's model.path)
@@ -54,12 +63,7 @@ MODEL_FILE = "model.safetensors"
 OPTIMIZER_TENSORS_FILE = "optimizer.safetensors"
 OPTIMIZER_JSON_FILE = "optimizer.json"
 LEARNER_FILE = "learner.json"
-MANIFEST_FILE = "manifest.json"
 DATA_FILES = (MODEL_FILE, OPTIMIZER_TENSORS_FILE, OPTIMIZER_JSON_FILE, LEARNER_FILE)
-
-
-class CheckpointError(UserError, ValueError):
-    """A checkpoint directory is missing, incomplete, tampered with or not in this format."""
 
 
 @dataclass(frozen=True)
@@ -116,8 +120,8 @@ def save_checkpoint(
         model = {name: t.detach().contiguous() for name, t in state.model.items()}
         save_file(model, str(tmp / MODEL_FILE))
         save_file(opt_tensors, str(tmp / OPTIMIZER_TENSORS_FILE))
-        _write_json(tmp / OPTIMIZER_JSON_FILE, opt_json)
-        _write_json(tmp / LEARNER_FILE, learner_json)
+        write_json(tmp / OPTIMIZER_JSON_FILE, opt_json)
+        write_json(tmp / LEARNER_FILE, learner_json)
         extra_files = []
         if model_files:
             (tmp / HF_DIR).mkdir()
@@ -125,22 +129,22 @@ def save_checkpoint(
                 _require_plain_name(name)
                 (tmp / HF_DIR / name).write_bytes(data)
                 extra_files.append(f"{HF_DIR}/{name}")
-            _fsync_dir(tmp / HF_DIR)
+            fsync_dir(tmp / HF_DIR)
         files = {}
         for name in (*DATA_FILES, *extra_files):
-            _fsync_file(tmp / name)
+            fsync_file(tmp / name)
             files[name] = {"sha256": sha256_file(tmp / name), "bytes": (tmp / name).stat().st_size}
         manifest = {
             "format": FORMAT, "step": step, "policy_version": state.version, "files": files,
         }
-        _write_json(tmp / MANIFEST_FILE, manifest)
-        _fsync_file(tmp / MANIFEST_FILE)
-        _fsync_dir(tmp)
+        write_json(tmp / MANIFEST_FILE, manifest)
+        fsync_file(tmp / MANIFEST_FILE)
+        fsync_dir(tmp)
         os.rename(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _fsync_dir(target.parent)
+    fsync_dir(target.parent)
     write_latest(target.parent, target.name)
     return target
 
@@ -153,8 +157,8 @@ def load_checkpoint(directory: str | os.PathLike) -> Checkpoint:
     """
     root = Path(directory)
     manifest = verify_checkpoint(root)
-    opt_json = _json_of(root, OPTIMIZER_JSON_FILE, manifest)
-    learner_json = _json_of(root, LEARNER_FILE, manifest)
+    opt_json = json_of(root, OPTIMIZER_JSON_FILE, manifest)
+    learner_json = json_of(root, LEARNER_FILE, manifest)
     try:
         model = load_file(str(root / MODEL_FILE))
         opt_tensors = load_file(str(root / OPTIMIZER_TENSORS_FILE))
@@ -177,7 +181,7 @@ def verify_checkpoint(directory: str | os.PathLike) -> dict[str, Any]:
     root = Path(directory)
     manifest = read_manifest(root)
     for name, meta in manifest["files"].items():
-        _verify(root / name, meta, root)
+        verify_file(root / name, meta, root)
     return manifest
 
 
@@ -186,7 +190,7 @@ def read_manifest(root: Path) -> dict[str, Any]:
     (files are not read). Raises CheckpointError."""
     if not root.is_dir():
         raise CheckpointError(f"no checkpoint at {root}")
-    manifest = _read_json(root, MANIFEST_FILE)
+    manifest = read_json(root, MANIFEST_FILE)
     if (manifest.get("format") not in READABLE_FORMATS
             or not isinstance(manifest.get("files"), dict)):
         raise CheckpointError(f"{root / MANIFEST_FILE}: not a checkpoint manifest of format "
@@ -226,27 +230,10 @@ def recorded_config(root: str | os.PathLike) -> dict[str, Any]:
     """The run config a checkpoint's learner.json records (JSON as written, {} if none),
     read once and checked against the manifest. Data only: nothing it names is imported."""
     root = Path(root)
-    learner_json = _json_of(root, LEARNER_FILE, read_manifest(root))
+    learner_json = json_of(root, LEARNER_FILE, read_manifest(root))
     extra = learner_json.get("extra")
     config = extra.get("config") if isinstance(extra, dict) else None
     return config if isinstance(config, dict) else {}
-
-
-def read_verified(root: Path, name: str, meta: dict[str, Any]) -> bytes:
-    """The bytes of the checkpoint file `name`, read once through a descriptor that refuses
-    symbolic links, and checked against its manifest entry `meta` (size, sha256)."""
-    path = _inside(root, name)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as err:
-        raise CheckpointError(f"checkpoint file {path} cannot be read as a regular file "
-                              f"({err.strerror})") from None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise CheckpointError(f"checkpoint file {path} is not a regular file")
-        data = handle.read(int(meta.get("bytes", 0)) + 1)
-    _check_bytes(path, len(data), hashlib.sha256(data).hexdigest(), meta)
-    return data
 
 
 # Weights and other large artefacts never travel in hf/: the checkpoint's own
@@ -313,102 +300,3 @@ def _unflatten_optimizer(tensors: dict[str, Tensor], rest: dict[str, Any]) -> di
     return {"state": dict(sorted(state.items())), "param_groups": groups}
 
 
-def _inside(root: Path, name: str) -> Path:
-    """root/name, where no part of the way (hf/ included) is a symbolic link: a checkpoint's
-    files are its own, never files elsewhere that a link points at."""
-    path = root / name
-    for part in (*reversed(path.relative_to(root).parents[:-1]), path.relative_to(root)):
-        if (root / part).is_symlink():
-            raise CheckpointError(f"checkpoint file {root / part} is a symbolic link; a "
-                                  "checkpoint's files must be its own")
-    return path
-
-
-def _verify(path: Path, meta: dict[str, Any], root: Path | None = None) -> None:
-    if root is not None:
-        _inside(root, str(path.relative_to(root)))
-    if not path.is_file() or path.is_symlink():
-        raise CheckpointError(f"checkpoint file {path} is missing or not a regular file")
-    _check_bytes(path, path.stat().st_size, None, meta)
-    _check_bytes(path, meta.get("bytes"), sha256_file(path), meta)
-
-
-def _check_bytes(path: Path, size: Any, digest: str | None, meta: dict[str, Any]) -> None:
-    """CheckpointError unless `size` (and `digest`, where given) match the manifest entry."""
-    if size != meta.get("bytes"):
-        raise CheckpointError(
-            f"checkpoint file {path} has {size} bytes, manifest says {meta.get('bytes')} "
-            "(truncated or modified)"
-        )
-    if digest is not None and digest != meta.get("sha256"):
-        raise CheckpointError(
-            f"checkpoint file {path} fails its sha256 check (modified or corrupt): "
-            f"expected {meta.get('sha256')}, got {digest}"
-        )
-
-
-def _json_of(root: Path, name: str, manifest: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint JSON file as an object, from the verified bytes the manifest lists."""
-    meta = manifest["files"].get(name)
-    if not isinstance(meta, dict):
-        raise CheckpointError(f"{root / MANIFEST_FILE} does not list {name}")
-    try:
-        value = json.loads(read_verified(root, name, meta).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-        raise CheckpointError(f"checkpoint file {root / name} is not valid JSON: {err}"
-                              ) from None
-    if not isinstance(value, dict):
-        raise CheckpointError(f"checkpoint file {root / name} must hold a JSON object")
-    return value
-
-
-MANIFEST_MAX_BYTES = 16 * 2**20
-
-
-def _read_json(root: Path, name: str) -> dict[str, Any]:
-    path = root / name
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint file {path} is missing")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as err:
-        raise CheckpointError(f"checkpoint file {path} cannot be read as a regular file "
-                              f"({err.strerror})") from None
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(MANIFEST_MAX_BYTES + 1)
-    if len(data) > MANIFEST_MAX_BYTES:
-        raise CheckpointError(f"checkpoint file {path} is larger than a manifest can be")
-    try:
-        value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-        raise CheckpointError(f"checkpoint file {path} is not valid JSON: {err}") from err
-    if not isinstance(value, dict):
-        raise CheckpointError(f"checkpoint file {path} must hold a JSON object")
-    return value
-
-
-def _write_json(path: Path, value: dict[str, Any]) -> None:
-    # allow_nan=False: NaN is not JSON, and a checkpoint must be readable by any JSON parser.
-    path.write_text(json.dumps(value, indent=1, sort_keys=True, allow_nan=False), encoding="utf-8")
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    """Hex sha256 of a file's bytes, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb") as handle:
-        os.fsync(handle.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -89,13 +89,14 @@ def test_bad_positions_and_opponents_are_refused_with_their_line(tmp_path):
 
 
 def _checkpoint(model_dir, path):
-    from learner.checkpoint import LearnerState, save_checkpoint
+    from learner.checkpoint import LearnerState, model_folder_files, save_checkpoint
     from learner.model import load_model
 
     model, _ = load_model(model_dir, "float32")
     params = {n: p.detach() for n, p in model.named_parameters()}
     state = LearnerState(params, {"state": {}, "param_groups": []}, 7, 0)
-    return save_checkpoint(path, state, 7, {"config": {"model": {"path": model_dir}}})
+    return save_checkpoint(path, state, 7, {"config": {"model": {"path": model_dir}}},
+                           model_files=model_folder_files(model_dir))
 
 
 def test_arl_eval_on_a_checkpoint_and_a_positions_file(tmp_path, warm_model_dir, capsys):

@@ -117,3 +117,42 @@ def test_bad_positions_file(tmp_path, warm_model_dir):
                      "p.jsonl:1")
     _one_line_exit_2(_arl("eval", "--checkpoint", warm_model_dir, "--positions",
                           str(tmp_path / "none.jsonl")), "cannot read")
+
+
+@pytest.mark.parametrize("override, key, says", [
+    ("learner.lr=inf", "learner.lr", "finite number"),
+    ("rollout.episode_timeout_s=inf", "rollout.episode_timeout_s", "finite number"),
+    ("rollout.timeout_s=-inf", "rollout.timeout_s", "finite number"),
+    ("run_name=" + "r" * 300, "run_name", "1-100 letters"),
+    ("run_name=../elsewhere", "run_name", "plain name"),
+    ("ray.host=0.0.0.0", "ray.host", "ray.allow_remote=true"),
+    ("rollout.endpoint_host=192.0.2.7", "rollout.endpoint_host", "not a loopback address"),
+    ("wandb.project=" + "x" * 100_000 + "\u2028", "wandb.project", "control character"),
+])
+def test_values_the_schema_refuses_in_one_bounded_line(override, key, says):
+    line = _one_line_exit_2(_arl("train", "configs/ci.yaml", override), key, says)
+    assert len(line) <= 520  # the echo of what was typed is cut
+
+
+def test_a_non_loopback_host_needs_its_opt_in_and_is_logged(caplog):
+    from arl.config import load_config
+
+    cfg = load_config(["configs/ci.yaml"], ["ray.host=0.0.0.0", "ray.allow_remote=true"],
+                      check_paths=False)
+    assert cfg.ray.host == "0.0.0.0"
+    assert any("ray.host=0.0.0.0" in r.message and "other machines" in r.message
+               for r in caplog.records)
+
+
+def test_a_nul_byte_anywhere_is_one_line(capsys, tmp_path):
+    from app.cli import main
+
+    yaml_file = tmp_path / "nul.yaml"
+    yaml_file.write_text('output_dir: "runs\\0x"\n')
+    for argv in (["train", "configs/ci.yaml", "output_dir=a\x00b"],
+                 ["train", "configs/ci.yaml", str(yaml_file)],
+                 ["train", "configs/ci.yaml", "a\x00b=1"],
+                 ["eval", "--checkpoint", "run\x00s"], ["export", "a\x00b", "out"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and "\x00" not in err, err

@@ -66,13 +66,14 @@ def test_engine_after_sync_matches_the_merged_model(tiny_model_dir):
 
 def test_a_lora_checkpoint_round_trips(tiny_model_dir, tmp_path):
     from actors.evaluate import load_policy
-    from learner.checkpoint import load_checkpoint, save_checkpoint
+    from learner.checkpoint import load_checkpoint, model_folder_files, save_checkpoint
 
     learner = _learner(tiny_model_dir)
     learner.step(random_trajectories(8, 0), np.linspace(-1, 1, 8).astype(np.float32))
     lora = {"rank": 4, "alpha": 8.0, "target_modules": list(LoraConfig().target_modules)}
     config = {"model": {"path": tiny_model_dir}, "learner": {"lora": lora}}
-    save_checkpoint(tmp_path / "c", learner.state_dict_for_checkpoint(), 1, {"config": config})
+    save_checkpoint(tmp_path / "c", learner.state_dict_for_checkpoint(), 1, {"config": config},
+                    model_files=model_folder_files(tiny_model_dir))
     # `arl eval` loads a LoRA checkpoint as the merged model a sync would give an engine.
     engine = load_policy(str(tmp_path / "c"), dtype="float32")
     exported = learner.export_weights()

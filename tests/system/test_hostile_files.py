@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from app.run_lock import RunLock, lock_path
+from app.run_lock import RunDirBusy, RunLock, lock_path
 from tests.builders import CI, arl_cli, learner_checkpoint, one_line_exit_2
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -169,20 +169,46 @@ def test_a_second_run_on_the_same_directory_exits_2_naming_the_first(tmp_path,
                              cwd=ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     try:
-        lock = Path(lock_path(str(tmp_path / "ci")))
-        for _ in range(600):  # the first run takes the lock before anything heavy
-            if lock.is_file() and str(first.pid) in lock.read_text():
-                break
-            assert first.poll() is None, "the first run ended early"
-            time.sleep(0.1)
+        _wait_for_lock(tmp_path / "ci", first)
         out = arl_cli("train", CI, f"model.path={warm_model_dir}", f"output_dir={tmp_path}",
                       "ray.address=local")
         one_line_exit_2(out, str(tmp_path / "ci"), f"pid {first.pid}", "in use")
     finally:
-        first.send_signal(signal.SIGKILL)  # it dies holding the lock
-        first.wait(timeout=60)
-    # The kernel released the dead run's lock: the next run takes it over.
-    with RunLock(str(tmp_path / "ci")) as held:
+        first.send_signal(signal.SIGINT)  # Ctrl-C: it stops and shuts its cluster down
+        first.wait(timeout=120)
+
+
+def _wait_for_lock(run_dir: Path, holder: subprocess.Popen) -> None:
+    lock = Path(lock_path(str(run_dir)))
+    for _ in range(600):  # a run takes the lock before anything heavy
+        if lock.is_file() and str(holder.pid) in lock.read_text():
+            return
+        assert holder.poll() is None, "the lock holder ended early"
+        time.sleep(0.1)
+    raise AssertionError("the lock was never taken")
+
+
+HOLD = """
+import sys, time
+from app.run_lock import RunLock
+with RunLock(sys.argv[1]):
+    time.sleep(3600)
+"""
+
+
+def test_the_lock_of_a_killed_run_is_taken_over(tmp_path):
+    """A run killed outright (SIGKILL, an OOM kill) cannot unlock: the kernel does, and the
+    next run takes the run directory."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / "run")], cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        _wait_for_lock(tmp_path / "run", holder)
+        with pytest.raises(RunDirBusy, match=f"pid {holder.pid}"):
+            RunLock(str(tmp_path / "run")).__enter__()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=60)
+    with RunLock(str(tmp_path / "run")) as held:
         assert json.loads(Path(held.path).read_text())["pid"] == os.getpid()
 
 
