@@ -7,7 +7,7 @@ daemon: it never keeps the process alive), and the calls after it go on on a fre
 One batch costs one hand-over between threads, not one a call.
 
 Python cannot stop a thread: an abandoned call that spins goes on using a core until the
-process ends, so the number of abandoned calls (`abandoned`) is worth watching.
+process ends (callers count the episodes they end this way: `rollout/timed_out_episodes`).
 """
 
 from __future__ import annotations
@@ -72,7 +72,6 @@ class BoundedCalls:
     """Runs batches of calls, each call within its own limit (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.abandoned = 0  # calls given up on (and their threads)
         self._threads = 0
 
     def run(self, calls: Sequence[Callable[[], Any]],
@@ -94,7 +93,6 @@ class BoundedCalls:
                 batch.outcomes[index] = Outcome(error=CallTimedOut(),
                                                 seconds=time.monotonic() - start)
                 batch.running = None
-                self.abandoned += 1
                 if batch.next >= len(calls):
                     batch.done.set()
                     break
