@@ -75,7 +75,7 @@ test: venv
 
 # ruff (style, imports, bandit's security rules) and vulture (dead code; .vulture_allow.py
 # names what only Ray, http.server or pytest call).
-LINTED := arl envs learner actors warmstart app tests bench
+LINTED := arl tests bench
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/vulture $(LINTED) .vulture_allow.py --min-confidence 60

@@ -20,8 +20,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from app.plot import read_metrics, trailing_mean  # noqa: E402
-from app.train import train  # noqa: E402
+from arl.app.plot import read_metrics, trailing_mean  # noqa: E402
+from arl.app.train import train  # noqa: E402
 from arl.config import load_config  # noqa: E402
 
 EVAL_SHOWN = ("eval/win_in_one_accuracy", "eval/block_in_one_accuracy",

@@ -25,7 +25,7 @@ import time
 
 import ray
 
-from actors.rollout import RolloutWorker
+from arl.actors.rollout import RolloutWorker
 from arl.config import load_config
 from arl.model_path import local_path
 from arl.steps import start_states

@@ -19,9 +19,9 @@ import time
 import numpy as np
 
 from arl.config import LearnerConfig
+from arl.learner.gspo_learner import GSPOLearner
+from arl.learner.model import set_torch_threads
 from arl.types import Trajectory
-from learner.gspo_learner import GSPOLearner
-from learner.model import set_torch_threads
 
 
 def batch(seed: int, count: int = 64) -> tuple[list[Trajectory], np.ndarray]:

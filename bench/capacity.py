@@ -34,10 +34,10 @@ POSITIONS = ("win_in_one", "block_in_one", "fork", "best_move")
 
 def minimax_examples(env_cfg, n: int, seed: int) -> list[tuple]:
     """`n` (messages, tools, target) of the one-move task with minimax targets."""
+    from arl.envs import tictactoe_rules as rules
+    from arl.envs.tictactoe_move import TicTacToeMoveEnv
     from arl.tools import format_tool_call
     from arl.types import ToolCall
-    from envs import tictactoe_rules as rules
-    from envs.tictactoe_move import TicTacToeMoveEnv
 
     rng = random.Random(seed)
     env = TicTacToeMoveEnv(env_cfg)
@@ -56,7 +56,7 @@ def build(args):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from arl.model_path import local_path
-    from warmstart.tiny import build_tiny_model
+    from arl.warmstart.tiny import build_tiny_model
 
     path = local_path(args.model)
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -68,11 +68,11 @@ def build(args):
 
 
 def score(folder: str, env_cfg, seed: int) -> dict:
-    from actors.evaluate import load_policy, score_positions, summarize
+    from arl.actors.evaluate import load_policy, score_positions, summarize
+    from arl.envs.registry import make_env
     from arl.episode import ChatRenderer, run_episodes
     from arl.evaluation import read_positions
     from arl.types import SamplingParams
-    from envs.registry import make_env
 
     engine = load_policy(folder)
     params = SamplingParams(0.0, 1.0, 32, seed)
@@ -105,10 +105,10 @@ def main() -> None:
     parser.add_argument("--out", default="runs/capacity")
     args = parser.parse_args()
 
-    from envs.registry import env_config
-    from learner.model import set_torch_threads
-    from warmstart.sft import supervised_finetune
-    from warmstart.tiny import save_model_dir
+    from arl.envs.registry import env_config
+    from arl.learner.model import set_torch_threads
+    from arl.warmstart.sft import supervised_finetune
+    from arl.warmstart.tiny import save_model_dir
 
     set_torch_threads(os.cpu_count() or 1)
     env_cfg = env_config("tictactoe_move", board_format=args.board_format,

@@ -16,11 +16,11 @@ import time
 
 import torch
 
-from actors.engines.hf import HFEngine
+from arl.actors.engines.hf import HFEngine
+from arl.envs.registry import env_config, make_env
 from arl.episode import ChatRenderer
 from arl.model_path import local_path
 from arl.types import SamplingParams
-from envs.registry import env_config, make_env
 
 MODEL = local_path(sys.argv[1] if len(sys.argv) > 1 else "cache:tiny-warmstart-board")
 THREADS = int(sys.argv[2]) if len(sys.argv) > 2 else 2

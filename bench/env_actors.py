@@ -20,7 +20,7 @@ import tempfile
 
 import numpy as np
 
-from app.train import train
+from arl.app.train import train
 from arl.config import load_config
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 12

@@ -63,8 +63,8 @@ def model_shape(path: str) -> tuple[int, int, int]:
 
 
 def main() -> None:
+    from arl.learner.gguf import prepare_model
     from arl.model_path import local_path
-    from learner.gguf import prepare_model
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", default="cache:tiny-warmstart")

@@ -15,8 +15,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from envs import tictactoe_rules as rules  # noqa: E402
-from envs.opponents import EpsMinimaxOpponent, MinimaxOpponent, RandomOpponent  # noqa: E402
+from arl.envs import tictactoe_rules as rules  # noqa: E402
+from arl.envs.opponents import EpsMinimaxOpponent, MinimaxOpponent, RandomOpponent  # noqa: E402
 
 
 def play(player, opponent, seat: str, rng: random.Random) -> int:

@@ -24,7 +24,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         print("no CUDA GPU here: nothing to check")
         return
-    from app.train import train
+    from arl.app.train import train
     from arl.config import load_config
 
     with tempfile.TemporaryDirectory() as out:

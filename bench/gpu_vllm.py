@@ -20,11 +20,11 @@ def main() -> None:
     if not torch.cuda.is_available():
         print("no CUDA GPU here: nothing to check")
         return
-    from actors.engines.vllm import VLLMEngine
+    from arl.actors.engines.vllm import VLLMEngine
+    from arl.envs.registry import env_config, make_env
     from arl.episode import ChatRenderer
+    from arl.learner.model import load_model
     from arl.types import SamplingParams
-    from envs.registry import env_config, make_env
-    from learner.model import load_model
 
     path = sys.argv[1] if len(sys.argv) > 1 else "cache:tiny-warmstart"
     engine = VLLMEngine(path, dtype="bfloat16", max_num_seqs=256, gpu_memory_utilization=0.3,

@@ -31,12 +31,12 @@ import time
 
 import torch
 
-from actors.engines.hf import HFEngine
+from arl.actors.engines.hf import HFEngine
+from arl.envs.registry import env_config, make_env
 from arl.episode import ChatRenderer
+from arl.learner.gguf import prepare_model
+from arl.learner.model import compute_in, load_model, token_logprobs
 from arl.types import SamplingParams
-from envs.registry import env_config, make_env
-from learner.gguf import prepare_model
-from learner.model import compute_in, load_model, token_logprobs
 
 NEW_TOKENS = 32
 CLIPS = {"paper": 3e-4, "demo": 0.01}

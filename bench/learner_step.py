@@ -25,15 +25,15 @@ import numpy as np
 import torch
 
 from arl.config import load_config
+from arl.envs.registry import make_env
 from arl.episode import ChatRenderer
+from arl.learner.gguf import prepare_model
+from arl.learner.gspo_learner import GSPOLearner
+from arl.learner.model import load_model
 from arl.model_path import local_path
 from arl.steps import start_states
 from arl.tools import format_tool_call
 from arl.types import ToolCall, Trajectory
-from envs.registry import make_env
-from learner.gguf import prepare_model
-from learner.gspo_learner import GSPOLearner
-from learner.model import load_model
 
 
 def batch(cfg, path: str) -> list[Trajectory]:

@@ -44,14 +44,14 @@ import torch
 from flop_limit import matmul_peak, model_shape, step_flops
 from model_speed import step_prompts
 
-from actors.engines.hf import HFEngine
-from app.train import train
+from arl.actors.engines.hf import HFEngine
+from arl.app.train import train
 from arl.config import Config, load_config
 from arl.episode import ChatRenderer
+from arl.learner.collate import right_pad
+from arl.learner.model import load_model, token_logprobs
 from arl.model_path import local_path
 from arl.types import SamplingParams, Trajectory
-from learner.collate import right_pad
-from learner.model import load_model, token_logprobs
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 REPEATS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
@@ -126,7 +126,7 @@ def same_learner(cfg: Config, sequences: list[list[int]], prompt_lens: list[int]
                  batch: int) -> float:
     """`perf/train_tokens` per second of arl's GSPOLearner run in this process (no Ray) on
     `sequences`, `batch` rows a step, G rows a group, seeded advantages."""
-    from learner.gspo_learner import GSPOLearner
+    from arl.learner.gspo_learner import GSPOLearner
 
     torch.set_num_threads(cfg.learner.cpus)
     learner = GSPOLearner(cfg.model.path, cfg.learner, cfg.model.dtype, cfg.steps, cfg.seed)

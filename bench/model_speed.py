@@ -37,16 +37,16 @@ import time
 import torch
 import torch.nn.functional as F
 
-from actors.engines.hf import left_pad
-from app.train import train
+from arl.actors.engines.hf import left_pad
+from arl.app.train import train
 from arl.config import Config, load_config
+from arl.envs.registry import make_env
 from arl.episode import ChatRenderer
+from arl.learner.collate import right_pad
+from arl.learner.gguf import prepare_model
+from arl.learner.model import load_model, set_torch_threads, torch_dtype
 from arl.model_path import local_path
 from arl.steps import start_states
-from envs.registry import make_env
-from learner.collate import right_pad
-from learner.gguf import prepare_model
-from learner.model import load_model, set_torch_threads, torch_dtype
 
 WARMUP = 2
 

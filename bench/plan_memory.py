@@ -12,14 +12,14 @@ import json
 import subprocess
 import sys
 
-from app.plan import activation_bytes, logits_bytes, model_shape
+from arl.app.plan import activation_bytes, logits_bytes, model_shape
 
 MODEL = sys.argv[1] if len(sys.argv) > 1 else "cache:tiny-warmstart"
 SHAPES = ((16, 133), (64, 133), (16, 512))
 PROBE = """
 import gc, resource, sys, torch
 torch.set_num_threads(1)
-from learner.model import load_model, token_logprobs
+from arl.learner.model import load_model, token_logprobs
 model, _ = load_model(sys.argv[1], "float32")
 model.train()
 b, t = int(sys.argv[2]), int(sys.argv[3])

@@ -29,10 +29,10 @@ import threading
 
 import psutil
 
-from app.plan import GIB, Machine, model_shape, prompt_tokens, report
-from app.train import train
+from arl.app.plan import GIB, Machine, model_shape, prompt_tokens, report
+from arl.app.train import train
 from arl.config import load_config
-from learner.gguf import prepare_model
+from arl.learner.gguf import prepare_model
 
 STEPS = 10
 WARMUP = 2

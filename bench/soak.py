@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from app.train import train
+from arl.app.train import train
 from arl.config import load_config
 from arl.errors import UserError
 

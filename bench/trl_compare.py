@@ -34,13 +34,13 @@ import sys
 import tempfile
 import time
 
-from app.train import train
+from arl.app.train import train
 from arl.config import Config, load_config
 from arl.dtypes import resolve as resolve_dtype
+from arl.envs.registry import make_env
 from arl.episode import ChatRenderer, parse_turn
 from arl.model_path import local_path
 from arl.steps import start_states
-from envs.registry import make_env
 
 CONFIG = "configs/tictactoe_move.yaml"
 SAME_WORK = ["rollout.dynamic_sampling=false", "env.group_symmetries=false",

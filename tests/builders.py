@@ -106,7 +106,7 @@ def random_advantages(count: int, seed: int) -> np.ndarray:
 def tiny_learner(model_dir: str, total_steps: int = 10, seed: int = 0, **overrides):
     """A GSPOLearner on `model_dir` (lr 1e-3, 2 mini-batches of micro-batches of 4, unless
     `overrides` say otherwise)."""
-    from learner.gspo_learner import GSPOLearner
+    from arl.learner.gspo_learner import GSPOLearner
 
     cfg = LearnerConfig(**{"lr": 1e-3, "mini_batches": 2, "micro_batch_size": 4, **overrides})
     return GSPOLearner(model_dir, cfg, "float32", total_steps=total_steps, seed=seed)
@@ -115,7 +115,7 @@ def tiny_learner(model_dir: str, total_steps: int = 10, seed: int = 0, **overrid
 def learner_checkpoint(model_dir: str, path, lora: int = 0):
     """A real learner's checkpoint at PATH after one update (its weights differ from the
     model's), with the parts of a run's config that export and eval read."""
-    from actors.learner import LearnerWorker
+    from arl.actors.learner import LearnerWorker
     from arl.config import LoraConfig, ModelConfig
 
     cfg = LearnerConfig(mini_batches=1, micro_batch_size=8, lr=1e-4,
@@ -180,14 +180,14 @@ class ScriptedEngine:
 
 
 def arl_cli(*args: str, env: dict | None = None, cwd=None, timeout: float = 120):
-    """`arl ARGS` as a user runs it: this interpreter's `python -m app.cli` in a subprocess
+    """`arl ARGS` as a user runs it: this interpreter's `python -m arl.app.cli` in a subprocess
     (in the repository unless `cwd`), with `env` added to this environment."""
     import os
     import subprocess
     import sys
 
     root = pathlib.Path(__file__).resolve().parents[1]
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=cwd or root,
+    return subprocess.run([sys.executable, "-m", "arl.app.cli", *args], cwd=cwd or root,
                           timeout=timeout, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(root), **(env or {})})
 

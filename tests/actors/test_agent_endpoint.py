@@ -11,13 +11,13 @@ import numpy as np
 import openai
 import pytest
 
-from actors.agent_endpoint import play_agent_episodes
-from actors.engines.hf import HFEngine
+from arl.actors.agent_endpoint import play_agent_episodes
+from arl.actors.engines.hf import HFEngine
 from arl.agent import AgentTask
 from arl.env_spec import EnvContext, resolve_env
+from arl.envs.registry import env_config
 from arl.episode import ChatRenderer, run_episodes
 from arl.types import SamplingParams
-from envs.registry import env_config
 from examples.env_agent import run_agent as env_agent
 
 

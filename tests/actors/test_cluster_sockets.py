@@ -18,7 +18,7 @@ SCRIPT = """
 import json
 import psutil
 import ray
-from actors.connect import connect, shutdown
+from arl.actors.connect import connect, shutdown
 from arl.config import RayConfig
 
 assert connect(RayConfig(address="local", num_cpus=1)) == "embedded"
@@ -54,9 +54,9 @@ import json, sys
 import numpy as np
 import psutil
 import ray
-from actors.connect import connect, shutdown
-from actors.group import ActorGroup
-from actors.learner import LearnerWorker
+from arl.actors.connect import connect, shutdown
+from arl.actors.group import ActorGroup
+from arl.actors.learner import LearnerWorker
 from arl.config import LearnerConfig, ModelConfig, RayConfig
 from tests.builders import random_trajectories
 

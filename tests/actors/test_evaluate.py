@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from actors.evaluate import play_games, score_positions
-from app.cli import main
+from arl.actors.evaluate import play_games, score_positions
+from arl.app.cli import main
+from arl.envs import tictactoe_rules as rules
+from arl.envs.opponents import parse_opponent
+from arl.envs.registry import TICTACTOE_MOVE, env_config
 from arl.evaluation import Rate, read_positions, wilson_interval
 from arl.types import SamplingParams
-from envs import tictactoe_rules as rules
-from envs.opponents import parse_opponent
-from envs.registry import TICTACTOE_MOVE, env_config
 from tests.builders import ScriptedEngine
 
 GREEDY = SamplingParams(0.0, 1.0, 48, 0)
@@ -89,8 +89,8 @@ def test_bad_positions_and_opponents_are_refused_with_their_line(tmp_path):
 
 
 def _checkpoint(model_dir, path):
-    from learner.checkpoint import LearnerState, model_folder_files, save_checkpoint
-    from learner.model import load_model
+    from arl.learner.checkpoint import LearnerState, model_folder_files, save_checkpoint
+    from arl.learner.model import load_model
 
     model, _ = load_model(model_dir, "float32")
     params = {n: p.detach() for n, p in model.named_parameters()}

@@ -15,8 +15,8 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import DynamicCache, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from actors.engines import hf
-from actors.engines.hf import HFEngine, _sample_inverse_cdf, _top_p_filter
+from arl.actors.engines import hf
+from arl.actors.engines.hf import HFEngine, _sample_inverse_cdf, _top_p_filter
 from arl.protocols import RolloutEngine
 from arl.types import SamplingParams
 

@@ -10,7 +10,7 @@ import shutil
 import pytest
 import ray
 
-from actors.model_files import MARKER, local_model, ship
+from arl.actors.model_files import MARKER, local_model, ship
 from arl.config import ModelConfig
 
 

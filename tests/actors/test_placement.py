@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.cluster import Cluster
+from arl.actors.cluster import Cluster
 from tests.builders import ci_config
 
 

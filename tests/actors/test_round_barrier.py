@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from actors.round_barrier import RoundAborted, RoundBarrier
+from arl.actors.round_barrier import RoundAborted, RoundBarrier
 from arl.types import Generation, SamplingParams
 
 PARAMS = SamplingParams(1.0, 1.0, 4, seed=0)

@@ -7,11 +7,11 @@ import random
 
 import numpy as np
 
-from actors.snapshot_policy import SnapshotPolicy
+from arl.actors.snapshot_policy import SnapshotPolicy
+from arl.envs import tictactoe_rules as rules
+from arl.envs.game_env import position_prompt
+from arl.envs.registry import board_policy, env_config, game_spec
 from arl.types import ToolCall
-from envs import tictactoe_rules as rules
-from envs.game_env import position_prompt
-from envs.registry import board_policy, env_config, game_spec
 
 
 def _board_calls(board):
@@ -50,7 +50,7 @@ def test_a_refresh_loads_new_weights_and_forgets_old_scores(warm_model_dir):
 
 
 def test_self_play_trains_on_ray(tmp_path, warm_model_dir):
-    from app.train import train
+    from arl.app.train import train
     from tests.builders import ci_config, metrics_rows
 
     cfg = ci_config(warm_model_dir, tmp_path, "env.name=tictactoe", "env.opponent=policy",

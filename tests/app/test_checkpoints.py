@@ -9,10 +9,10 @@ import os
 
 import pytest
 
-from app.cli import main
-from app.run import resolve_checkpoint
+from arl.app.cli import main
+from arl.app.run import resolve_checkpoint
 from arl.errors import UserError
-from learner.checkpoint import MANIFEST_FILE, load_checkpoint, model_files
+from arl.learner.checkpoint import MANIFEST_FILE, load_checkpoint, model_files
 from tests.builders import learner_checkpoint
 
 
@@ -58,7 +58,7 @@ def test_checkpoint_is_self_contained(run_dir, tmp_path, monkeypatch, capsys):
 def test_tampered_model_file_in_a_checkpoint_is_refused(run_dir, tmp_path):
     import shutil
 
-    from learner.checkpoint import CheckpointError
+    from arl.learner.checkpoint import CheckpointError
 
     copy = tmp_path / "step_000001"
     shutil.copytree(run_dir / "checkpoints" / "step_000001", copy)
@@ -68,10 +68,10 @@ def test_tampered_model_file_in_a_checkpoint_is_refused(run_dir, tmp_path):
 
 
 def _greedy_squares(engine, n: int = 20) -> list:
-    from actors.evaluate import _renderer
+    from arl.actors.evaluate import _renderer
+    from arl.envs.registry import env_config, make_env
     from arl.episode import run_episodes
     from arl.types import SamplingParams
-    from envs.registry import env_config, make_env
 
     starts = [(make_env(env_config()), 500 + i, i) for i in range(n)]
     played = run_episodes(engine, _renderer(engine), starts, SamplingParams(0.0, 1.0, 32, 0), 1)
@@ -84,8 +84,8 @@ def test_export_loads_with_transformers_and_plays_like_eval(lora, warm_model_dir
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from actors.engines.hf import HFEngine
-    from actors.evaluate import load_policy
+    from arl.actors.engines.hf import HFEngine
+    from arl.actors.evaluate import load_policy
 
     ckpt = learner_checkpoint(warm_model_dir, tmp_path / "run" / "checkpoints" / "step_000001",
                                lora=lora)
@@ -112,7 +112,7 @@ def test_export_refuses_a_full_folder(run_dir, tmp_path):
 
 
 def test_keep_checkpoints_prunes_all_but_the_newest(tmp_path, warm_model_dir):
-    from app.run import Run
+    from arl.app.run import Run
     from arl.config import load_config
 
     cfg = load_config(["configs/ci.yaml"], [f"model.path={warm_model_dir}",
@@ -134,7 +134,7 @@ def test_a_run_starts_from_another_runs_checkpoint(run_dir, warm_model_dir, tmp_
     import torch
     from transformers import AutoModelForCausalLM
 
-    from app.start_model import starting_model
+    from arl.app.start_model import starting_model
 
     monkeypatch.setenv("ARL_HOME", str(tmp_path))
     ckpt = run_dir / "checkpoints" / "step_000001"

@@ -145,7 +145,7 @@ def test_a_non_loopback_host_needs_its_opt_in_and_is_logged(caplog):
 
 
 def test_a_nul_byte_anywhere_is_one_line(capsys, tmp_path):
-    from app.cli import main
+    from arl.app.cli import main
 
     yaml_file = tmp_path / "nul.yaml"
     yaml_file.write_text('output_dir: "runs\\0x"\n')

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from actors.rollout_pool import RolloutBatch
-from app.train import _advantages, _collect, _first_informative
+from arl.actors.rollout_pool import RolloutBatch
+from arl.app.train import _advantages, _collect, _first_informative
 from arl.gspo import informative_groups
 from arl.steps import start_states
 from arl.types import EpisodeSummary
@@ -115,7 +115,7 @@ def test_without_dynamic_sampling_one_round_as_before():
 
 
 def test_a_run_with_dynamic_sampling_reports_what_it_played(tmp_path, warm_model_dir):
-    from app.train import train
+    from arl.app.train import train
     from tests.builders import metrics_rows
 
     cfg = ci_config(warm_model_dir, tmp_path, "rollout.dynamic_sampling=true", "steps=2")
@@ -130,7 +130,7 @@ def test_a_run_with_dynamic_sampling_reports_what_it_played(tmp_path, warm_model
 
 
 def test_full_games_train_with_turn_level_advantages(tmp_path, warm_model_dir):
-    from app.train import train
+    from arl.app.train import train
     from tests.builders import metrics_rows
 
     cfg = ci_config(warm_model_dir, tmp_path, "env.name=tictactoe", "env.opponent=random",

@@ -3,7 +3,7 @@ positions through the code `arl eval` runs, logged as eval/* in metrics.jsonl.""
 
 from __future__ import annotations
 
-from app.train import train
+from arl.app.train import train
 from tests.builders import ci_config, metrics_rows
 
 

@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from app.cli import main
-from app.view import make_server
+from arl.app.cli import main
+from arl.app.view import make_server
 
 
 def _run_dir(tmp_path, truncated: bool = False):
@@ -71,15 +71,15 @@ def test_a_line_cut_short_is_passed_over(tmp_path, command, monkeypatch, capsys)
 
 def test_a_report_that_fails_to_draw_never_ends_the_run(tmp_path, warm_model_dir,
                                                         monkeypatch, caplog):
-    import app.run
-    from app.train import train
+    import arl.app.run as run_module
+    from arl.app.train import train
     from tests.builders import ci_config
 
     def broken(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(app.run, "write_report", broken)
-    monkeypatch.setattr(app.run, "plot_run", broken)
+    monkeypatch.setattr(run_module, "write_report", broken)
+    monkeypatch.setattr(run_module, "plot_run", broken)
     cfg = ci_config(warm_model_dir, tmp_path, "steps=10")
     metrics = train(cfg, use_ray=False)
     assert metrics["rollout/reward_mean"] is not None  # all 10 steps, the report failing
@@ -92,7 +92,7 @@ def test_a_report_that_fails_to_draw_never_ends_the_run(tmp_path, warm_model_dir
 def test_config_json_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
     import os
 
-    from app.run import write_atomic
+    from arl.app.run import write_atomic
 
     path = tmp_path / "config.json"
     write_atomic(str(path), '{"run_name": "old"}')

@@ -16,8 +16,8 @@ ENDINGS = ("The agent wins.", "You win.", "Draw.", "The agent made an invalid mo
 def test_a_person_plays_a_whole_game_through_stdin(you, warm_model_dir):
     # The person tries every square in order; taken ones are refused and asked again.
     moves = "".join(f"{sq}\n" for sq in range(1, 10)) * 2
-    out = subprocess.run([sys.executable, "-m", "app.cli", "play", warm_model_dir, "--you", you],
-                         cwd=ROOT, input=moves, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-m", "arl.app.cli", "play", warm_model_dir, "--you",
+                          you], cwd=ROOT, input=moves, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     text = out.stdout
     assert f"you play {you}" in text
@@ -29,18 +29,18 @@ def test_a_person_plays_a_whole_game_through_stdin(you, warm_model_dir):
 
 
 def test_quitting_mid_game(warm_model_dir):
-    out = subprocess.run([sys.executable, "-m", "app.cli", "play", warm_model_dir, "--you", "X"],
-                         cwd=ROOT, input="q\n", capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-m", "arl.app.cli", "play", warm_model_dir, "--you",
+                          "X"], cwd=ROOT, input="q\n", capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "bye" in out.stdout
 
 
 def test_a_game_asked_one_board_at_a_time_restarts_the_conversation(warm_model_dir):
     # A real engine whose replies are scripted (the lowest free square), so the game goes on.
-    from actors.engines.hf import HFEngine
-    from app.play import HumanOpponent, _game
+    from arl.actors.engines.hf import HFEngine
+    from arl.app.play import HumanOpponent, _game
+    from arl.envs.config import TicTacToeConfig
+    from arl.envs.tictactoe import make_tictactoe
     from arl.episode import ChatRenderer
-    from envs.config import TicTacToeConfig
-    from envs.tictactoe import make_tictactoe
     from tests.builders import ScriptedEngine
 
     engine = HFEngine(warm_model_dir, dtype="float32")

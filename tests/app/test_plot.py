@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from app.plot import PANELS, plot_run, trailing_mean
+from arl.app.plot import PANELS, plot_run, trailing_mean
 
 
 def test_trailing_mean_averages_up_to_window_values():

@@ -12,8 +12,8 @@ import threading
 
 import pytest
 
-from app.report import write_report
-from app.train import train
+from arl.app.report import write_report
+from arl.app.train import train
 from arl.config import load_config
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -64,7 +64,7 @@ def test_report_written_by_the_run(run_dir):
 def test_report_in_a_real_browser_over_arl_view(run_dir, tmp_path):
     from PIL import Image  # noqa: F401 (matplotlib's dependency: decodes the screenshot)
 
-    from app.view import make_server
+    from arl.app.view import make_server
 
     server = make_server(str(run_dir), "127.0.0.1", 0)
     port = server.server_address[1]
@@ -127,7 +127,7 @@ def test_the_server_serves_the_report_only(run_dir):
     import urllib.error
     import urllib.request
 
-    from app.view import make_server
+    from arl.app.view import make_server
 
     server = make_server(str(run_dir), "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()

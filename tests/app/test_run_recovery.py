@@ -10,10 +10,10 @@ import shutil
 
 import pytest
 
-from app.run import Run
+from arl.app.run import Run
 from arl.config import ConfigError, load_config
 from arl.errors import UserError
-from learner.checkpoint import MODEL_FILE, CheckpointError
+from arl.learner.checkpoint import MODEL_FILE, CheckpointError
 from tests.builders import CI, learner_checkpoint
 
 

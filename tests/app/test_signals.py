@@ -15,7 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 def _start(tmp_path, model_dir, *overrides: str):
     return subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "train", "configs/ci.yaml", "steps=200",
+        [sys.executable, "-m", "arl.app.cli", "train", "configs/ci.yaml", "steps=200",
          f"output_dir={tmp_path}", f"model.path={model_dir}", *overrides],
         cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True)

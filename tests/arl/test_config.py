@@ -114,7 +114,7 @@ def test_vllm_engine_refuses_top_p_below_one():
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed")
 def test_vllm_engine_without_the_extra_names_it(warm_model_dir, tmp_path):
-    from app.train import train
+    from arl.app.train import train
 
     cfg = load_config([], [f"model.path={warm_model_dir}", "rollout.engine=vllm",
                            f"output_dir={tmp_path}"])
@@ -128,8 +128,8 @@ def test_vllm_engine_without_the_extra_names_it(warm_model_dir, tmp_path):
 def test_hub_models_are_named_with_a_revision_and_fail_clearly_without_a_hub(tmp_path,
                                                                             monkeypatch):
     from arl.errors import ModelUnavailable
+    from arl.learner.gguf import prepare_model
     from arl.model_path import hub_model
-    from learner.gguf import prepare_model
 
     assert hub_model("hf:Qwen/Qwen2.5-0.5B-Instruct@7ae557604adf67be50417f59c2c2f167def9a775") \
         == ("Qwen/Qwen2.5-0.5B-Instruct", "7ae557604adf67be50417f59c2c2f167def9a775")
@@ -154,7 +154,7 @@ def test_a_path_that_names_nothing_is_never_a_download(tmp_path, monkeypatch):
     import huggingface_hub
 
     from arl.errors import ModelUnavailable
-    from learner.gguf import prepare_model
+    from arl.learner.gguf import prepare_model
 
     def no_download(*args, **kwargs):
         raise AssertionError("a missing path reached the hub loader")
@@ -169,7 +169,7 @@ def test_a_path_that_names_nothing_is_never_a_download(tmp_path, monkeypatch):
 
 
 def test_cli_rejects_unknown_key_before_anything_heavy_is_imported():
-    code = ("import sys; from app.cli import main; "
+    code = ("import sys; from arl.app.cli import main; "
             "rc = main(['train', 'configs/ci.yaml', 'no_such.key=1']); "
             "print(rc, sorted(m for m in ('ray', 'torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,

@@ -7,10 +7,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import app.train
-from app.cli import main
+import arl.app.train as driver
+from arl.app.cli import main
 from arl.config import keys
-from envs.config import FullGameConfig
+from arl.envs.config import FullGameConfig
 
 KEYS = keys() + keys(env=FullGameConfig)
 NUMBERS = st.one_of(st.integers(-10**30, 10**30), st.floats(allow_nan=True, allow_infinity=True))
@@ -45,7 +45,7 @@ def _assert_one_line_or_ok(code: int, err: str) -> None:
 @given(key=st.sampled_from(KEYS), value=VALUES)
 def test_any_value_at_any_key_is_accepted_or_one_line(capsys, monkeypatch, key, value):
     """`arl train` up to the point where it would start: loading and validating."""
-    monkeypatch.setattr(app.train, "train", lambda cfg: {})
+    monkeypatch.setattr(driver, "train", lambda cfg: {})
     game = ["env.name=tictactoe"] if key.startswith("env.") and key not in keys() else []
     code, err = _run(capsys, ["train", "configs/ci.yaml", *game, f"{key}={value}"])
     _assert_one_line_or_ok(code, err)
@@ -54,7 +54,7 @@ def test_any_value_at_any_key_is_accepted_or_one_line(capsys, monkeypatch, key, 
 @SETTINGS
 @given(key=st.text(min_size=1, max_size=40).filter(lambda k: "=" not in k), value=VALUES)
 def test_any_key_is_refused_in_one_line(capsys, monkeypatch, key, value):
-    monkeypatch.setattr(app.train, "train", lambda cfg: {})
+    monkeypatch.setattr(driver, "train", lambda cfg: {})
     code, err = _run(capsys, ["config", "show", f"{key}={value}"])
     _assert_one_line_or_ok(code, err)
 

@@ -7,10 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from actors.engines.hf import HFEngine
+from arl.actors.engines.hf import HFEngine
+from arl.envs.registry import env_config, make_env
 from arl.episode import ChatRenderer, parse_turn, run_episodes
 from arl.types import Message, SamplingParams
-from envs.registry import env_config, make_env
 
 RETRY_GAME = env_config(name="tictactoe", opponent="random", invalid_action="retry", max_retries=2)
 
@@ -243,10 +243,10 @@ def test_non_finite_rewards_and_logprobs_fail_their_episode(warm_model_dir):
 
 
 def test_every_turn_is_recorded_with_its_span_reward_and_state(warm_model_dir):
-    from actors.engines.hf import HFEngine
+    from arl.actors.engines.hf import HFEngine
+    from arl.envs.registry import env_config
     from arl.episode import ChatRenderer, run_episodes
     from arl.types import SamplingParams
-    from envs.registry import env_config
 
     engine = HFEngine(warm_model_dir, dtype="float32")
     renderer = ChatRenderer(engine.get_tokenizer(), engine.get_tokenizer().eos_token)

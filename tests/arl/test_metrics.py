@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from app.train import train
+from arl.app.train import train
 from arl.config import load_config
 from arl.metrics import action_histogram, rollout_metrics
 from arl.types import EpisodeSummary, Outcome

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from arl.config import ConfigError, load_config
+from arl.envs import tictactoe_rules as rules
+from arl.envs.registry import TICTACTOE_MOVE, env_config, make_env
+from arl.envs.tictactoe_move import PositionEnv, opening_moves, replay
 from arl.episode import ChatRenderer, run_episodes
+from arl.learner.collate import collate
 from arl.types import SamplingParams, ToolCall
-from envs import tictactoe_rules as rules
-from envs.registry import TICTACTOE_MOVE, env_config, make_env
-from envs.tictactoe_move import PositionEnv, opening_moves, replay
-from learner.collate import collate
 from tests.builders import ScriptedEngine
 
 
@@ -94,7 +94,7 @@ def test_every_turn_is_a_row_that_opens_with_its_own_prompt(tiny_model_dir):
 def test_perfect_play_in_board_context_draws_minimax(tiny_model_dir):
     from transformers import AutoTokenizer
 
-    from actors.evaluate import play_games
+    from arl.actors.evaluate import play_games
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     best = ScriptedEngine(tok, lambda board, agent: rules.best_moves(board, agent)[0])

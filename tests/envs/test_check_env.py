@@ -4,11 +4,11 @@ import itertools
 
 import pytest
 
+from arl.envs import connect_four_rules, tictactoe_rules
+from arl.envs.check import EnvCheckError, check_env
+from arl.envs.opponents import PolicyOpponent
+from arl.envs.registry import env_config, make_env
 from arl.types import EnvStep, Message
-from envs import connect_four_rules, tictactoe_rules
-from envs.check import EnvCheckError, check_env
-from envs.opponents import PolicyOpponent
-from envs.registry import env_config, make_env
 
 OPPONENTS = ("random", "minimax", "eps_minimax", "policy")
 

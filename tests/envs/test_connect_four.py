@@ -2,11 +2,11 @@
 
 import pytest
 
+from arl.envs import connect_four_rules as rules
+from arl.envs.connect_four_rules import COLS, EMPTY_BOARD, ROWS
+from arl.envs.opponents import PolicyOpponent
+from arl.envs.registry import env_config, make_env
 from arl.types import ToolCall
-from envs import connect_four_rules as rules
-from envs.connect_four_rules import COLS, EMPTY_BOARD, ROWS
-from envs.opponents import PolicyOpponent
-from envs.registry import env_config, make_env
 
 
 def _drops(*moves: tuple[int, str]) -> rules.Board:

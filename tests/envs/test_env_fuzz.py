@@ -8,10 +8,10 @@ import random
 
 import pytest
 
+from arl.envs.registry import env_config, make_env
 from arl.episode import parse_turn
 from arl.tools import format_tool_call
 from arl.types import ToolCall
-from envs.registry import env_config, make_env
 
 PAYLOADS = (
     "__import__('os').system('touch CANARY')",

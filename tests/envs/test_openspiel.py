@@ -8,8 +8,8 @@ pytest.importorskip("pyspiel", reason="the openspiel extra: pip install -e '.[op
 
 from arl.config import ConfigError, load_config  # noqa: E402
 from arl.env_spec import resolve_env  # noqa: E402
+from arl.envs.check import check_spec  # noqa: E402
 from arl.types import ToolCall, ToolCallError, ToolCallErrorKind  # noqa: E402
-from envs.check import check_spec  # noqa: E402
 from tests.builders import CI, ci_config, metrics_rows  # noqa: E402
 
 
@@ -31,7 +31,7 @@ def test_perfect_play_draws_against_alpha_beta_and_illegal_numbers_end_the_game(
     for seed in range(4):  # the bot against itself, through the agent's tool: always a draw
         env = spec.make(cfg)
         env.reset(seed)
-        from envs.openspiel_env import _AlphaBetaBot
+        from arl.envs.openspiel_env import _AlphaBetaBot
 
         bot, step = _AlphaBetaBot(env.game, 9), None
         while step is None or not step.terminated:
@@ -58,7 +58,7 @@ def test_config_refuses_what_the_adapter_cannot_play():
 
 @pytest.mark.slow  # make test-slow (CI runs it, with the extra installed)
 def test_trains_three_steps_on_ray(tmp_path, warm_model_dir):
-    from app.train import train
+    from arl.app.train import train
 
     cfg = ci_config(warm_model_dir, tmp_path, "env.name=openspiel", "env.game=kuhn_poker",
                     "rollout.max_turns=2", "env.tool_name=choose_square",

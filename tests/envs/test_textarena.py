@@ -9,8 +9,8 @@ pytest.importorskip("textarena", reason="the textarena extra: pip install -e '.[
 
 from arl.config import ConfigError, load_config  # noqa: E402
 from arl.env_spec import EnvContext, resolve_env  # noqa: E402
+from arl.envs.check import check_spec  # noqa: E402
 from arl.types import ToolCall, ToolCallError, ToolCallErrorKind  # noqa: E402
-from envs.check import check_spec  # noqa: E402
 from tests.builders import CI, ci_config, metrics_rows  # noqa: E402
 
 
@@ -45,7 +45,7 @@ def test_minimax_opponent_never_loses():
         env.reset(seed)
         step = None
         while step is None or not step.terminated:
-            from envs.textarena_env import _core, _tictactoe_moves
+            from arl.envs.textarena_env import _core, _tictactoe_moves
 
             step = env.step(ToolCall("play", {"move": _tictactoe_moves(_core(env.env).state)[0]}))
         assert step.outcome.kind in ("loss", "draw")
@@ -101,7 +101,7 @@ def test_config_refuses_unknown_games_and_opponents():
 
 @pytest.mark.slow  # make test-slow (CI runs it, with the extra installed)
 def test_trains_three_steps_on_ray(tmp_path, warm_model_dir):
-    from app.train import train
+    from arl.app.train import train
 
     cfg = ci_config(warm_model_dir, tmp_path, "env.name=textarena", "rollout.max_turns=3",
                     "env.game=TicTacToe-v0-raw")

@@ -2,10 +2,10 @@
 
 import pytest
 
+from arl.envs import tictactoe_rules as rules
+from arl.envs.opponents import PolicyOpponent
+from arl.envs.registry import env_config, make_env
 from arl.types import Outcome, ToolCall, ToolCallError, ToolCallErrorKind
-from envs import tictactoe_rules as rules
-from envs.opponents import PolicyOpponent
-from envs.registry import env_config, make_env
 
 
 def _call(square) -> ToolCall:
@@ -215,7 +215,7 @@ def test_an_opponent_pool_draws_one_member_per_game():
 
 
 def test_the_epsilon_curriculum_falls_to_its_end():
-    from envs.opponents import opponent_schedule
+    from arl.envs.opponents import opponent_schedule
 
     cfg = env_config(name="tictactoe", opponent_epsilon=0.3, epsilon_start=1.0,
                     epsilon_decay_steps=100)

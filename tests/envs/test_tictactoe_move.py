@@ -4,15 +4,15 @@ from collections.abc import Callable
 
 import pytest
 
-from arl.types import Outcome, ToolCall, ToolCallError, ToolCallErrorKind
-from envs import tictactoe_rules as rules
-from envs.registry import env_config, make_env
-from envs.tictactoe_move import (
+from arl.envs import tictactoe_rules as rules
+from arl.envs.registry import env_config, make_env
+from arl.envs.tictactoe_move import (
     MAX_OPENING_MOVES,
     MIN_OPENING_MOVES,
     TicTacToeMoveEnv,
     opening_board,
 )
+from arl.types import Outcome, ToolCall, ToolCallError, ToolCallErrorKind
 
 
 def _call(square) -> ToolCall:

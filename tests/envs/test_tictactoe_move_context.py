@@ -4,11 +4,11 @@ fewer marks (env.min_marks): the prompts a policy also meets when it plays whole
 import pytest
 
 from arl.config import ConfigError, load_config
+from arl.envs import tictactoe_rules as rules
+from arl.envs.registry import env_config, make_env
+from arl.envs.tictactoe_move import TicTacToeMoveEnv, opening_moves, replay
 from arl.tools import parse_tool_call
 from arl.types import ToolCall
-from envs import tictactoe_rules as rules
-from envs.registry import env_config, make_env
-from envs.tictactoe_move import TicTacToeMoveEnv, opening_moves, replay
 
 
 def test_game_context_reads_as_the_full_game_at_that_turn():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import pathlib
 
-from envs import tictactoe_rules as rules
-from envs.tictactoe_move import opening_board
-from envs.tictactoe_positions import KINDS, positions
+from arl.envs import tictactoe_rules as rules
+from arl.envs.tictactoe_move import opening_board
+from arl.envs.tictactoe_positions import KINDS, positions
 
 SHIPPED = pathlib.Path(__file__).resolve().parents[2] / "configs" / "positions"
 

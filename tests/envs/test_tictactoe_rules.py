@@ -5,9 +5,9 @@ import random
 
 import pytest
 
-from envs import tictactoe_rules as rules
-from envs.opponents import MinimaxOpponent
-from envs.tictactoe_rules import EMPTY_BOARD, best_moves, is_terminal, legal_moves, other, play
+from arl.envs import tictactoe_rules as rules
+from arl.envs.opponents import MinimaxOpponent
+from arl.envs.tictactoe_rules import EMPTY_BOARD, best_moves, is_terminal, legal_moves, other, play
 
 
 def _board(text: str) -> rules.Board:
@@ -120,7 +120,7 @@ def test_best_moves_include_every_immediate_win():
 
 
 def test_symmetry_classes_and_the_held_out_tenth():
-    from envs.tictactoe_positions import reachable
+    from arl.envs.tictactoe_positions import reachable
 
     boards = reachable()
     assert len(boards) == 4520  # every non-terminal position reachable from the empty board

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from arl.config import LearnerConfig
-from arl.types import Trajectory
-from learner.checkpoint import (
+from arl.learner.checkpoint import (
     DATA_FILES,
     MANIFEST_FILE,
     MODEL_FILE,
@@ -20,7 +19,8 @@ from learner.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from learner.gspo_learner import GSPOLearner
+from arl.learner.gspo_learner import GSPOLearner
+from arl.types import Trajectory
 
 EXTRA = {"run_name": "t", "rollout_seed": 7, "nested": {"a": [1, 2.5, None]}}
 
@@ -160,7 +160,7 @@ def _tiny_state(step, skipped_in_row=0):
 
 
 def test_latest_pointer_names_the_newest_checkpoint_and_stays_in_its_directory(tmp_path):
-    from app.run import latest_checkpoint
+    from arl.app.run import latest_checkpoint
     from arl.pointer import LATEST_FILE, read_latest
 
     root = tmp_path / "checkpoints"

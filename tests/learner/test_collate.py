@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from arl.learner.collate import collate
 from arl.types import Trajectory
-from learner.collate import collate
 
 PAD = 0
 

@@ -5,7 +5,7 @@ import importlib.util
 import pytest
 
 from arl.errors import ModelUnavailable, UserError
-from learner import gguf
+from arl.learner import gguf
 
 
 def test_a_gguf_file_without_the_extra_names_the_install(tmp_path, monkeypatch):

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from arl.config import LearnerConfig
+from arl.learner.collate import collate
+from arl.learner.gspo_learner import GSPOLearner
+from arl.learner.model import token_logprobs
+from arl.learner.optim import lr_factor
 from arl.types import Trajectory
-from learner.collate import collate
-from learner.gspo_learner import GSPOLearner
-from learner.model import token_logprobs
-from learner.optim import lr_factor
 from tests.builders import (
     grouped_trajectories,
     random_advantages,

@@ -21,7 +21,7 @@ def test_agent_function_trains_three_steps_on_ray_and_hostile_episodes_fail(tmp_
                                                                              warm_model_dir):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ARL_HOME": str(tmp_path / "home")}
     env.pop("RAY_ADDRESS", None)
-    cmd = [sys.executable, "-m", "app.cli", "train", str(ROOT / CI),
+    cmd = [sys.executable, "-m", "arl.app.cli", "train", str(ROOT / CI),
            "env.agent=tests.system.agent_fns:mixed", f"model.path={warm_model_dir}",
            f"output_dir={tmp_path}", "rollout.max_turns=3", "rollout.groups_per_step=4",
            "ray.address=local", "wandb.mode=offline"]
@@ -44,7 +44,7 @@ def test_a_stuck_agent_times_out_and_every_step_completes(tmp_path, warm_model_d
     on (`arl train` on a real local Ray cluster)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ARL_HOME": str(tmp_path / "home")}
     env.pop("RAY_ADDRESS", None)
-    cmd = [sys.executable, "-m", "app.cli", "train", str(ROOT / CI), "steps=2",
+    cmd = [sys.executable, "-m", "arl.app.cli", "train", str(ROOT / CI), "steps=2",
            "env.agent=tests.system.agent_fns:stuck", f"model.path={warm_model_dir}",
            f"output_dir={tmp_path}", "rollout.max_turns=3", "rollout.episode_timeout_s=2",
            "ray.address=local"]

@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from app.train import train
+from arl.app.train import train
 from arl.config import ConfigError
 from tests.builders import ci_config, metrics_rows
 

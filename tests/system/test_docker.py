@@ -54,8 +54,9 @@ def test_images_copy_every_package_and_install_real_extras(path):
               for part in line.split()[1:-1] if not part.startswith("--")}
     for name in copied:
         assert (ROOT / name).exists(), f"{path.name} copies {name}, which is not in the repo"
-    packages = {p.split(".")[0] for p in _pyproject()["tool"]["setuptools"]["packages"]}
-    assert packages <= copied, f"{path.name} misses {packages - copied}"
+    packages = {p.split(".")[0].rstrip("*")
+                for p in _pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]}
+    assert packages == {"arl"} and packages <= copied, f"{path.name} misses {packages - copied}"
     extras = set(_pyproject()["project"]["optional-dependencies"])
     installed = re.findall(r'pip install [^\n]*"\.\[([a-z,-]+)\]"', "\n".join(lines))
     assert installed, f"{path.name} never installs the project"

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from app.train import train
+from arl.app.train import train
 from arl.config import LearnerConfig, ModelConfig, load_config
 from tests.builders import random_trajectories
 
@@ -18,8 +18,8 @@ def _trajectories(count: int, seed: int):
 
 
 def _group(tiny_model_dir: str, world: int, backend: str = "torch", zero_stage: int = 2):
-    from actors.group import ActorGroup
-    from actors.learner import LearnerWorker
+    from arl.actors.group import ActorGroup
+    from arl.actors.learner import LearnerWorker
 
     # lr large enough that two steps move every weight; 3 mini-batches of 13 over 39
     # sequences, micro-batches of 3: of 2 ranks, one gets 7 rows of each mini-batch (3
@@ -35,7 +35,7 @@ def _group(tiny_model_dir: str, world: int, backend: str = "torch", zero_stage: 
 
 
 def _initial(model_dir: str):
-    from learner.model import load_model
+    from arl.learner.model import load_model
 
     model, _ = load_model(model_dir, "float32")
     return model.state_dict()

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from app.train import train
+from arl.app.train import train
 from tests.builders import ci_config, metrics_rows
 
 pytestmark = pytest.mark.slow  # several runs on a Ray cluster each

@@ -12,7 +12,7 @@ import pytest
 
 from arl.config import ConfigError, load_config
 from arl.env_spec import resolve_env
-from envs.check import check_spec
+from arl.envs.check import check_spec
 from tests.builders import metrics_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def test_example_env_passes_check_env_and_its_keys_are_typed():
 
 def test_example_env_trains_from_outside_the_package(tmp_path, warm_model_dir):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ARL_HOME": str(tmp_path / "home")}
-    cmd = [sys.executable, "-m", "app.cli", "train", str(ROOT / "configs/ci.yaml"),
+    cmd = [sys.executable, "-m", "arl.app.cli", "train", str(ROOT / "configs/ci.yaml"),
            f"env.name={NAME}", f"model.path={warm_model_dir}", f"output_dir={tmp_path}",
            "rollout.max_turns=3", "ray.address=local", "wandb.mode=offline"]
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from app.run_lock import RunDirBusy, RunLock, lock_path
+from arl.app.run_lock import RunDirBusy, RunLock, lock_path
 from tests.builders import CI, arl_cli, learner_checkpoint, one_line_exit_2
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -190,7 +190,7 @@ def _wait_for_lock(run_dir: Path, holder: subprocess.Popen) -> None:
 
 HOLD = """
 import sys, time
-from app.run_lock import RunLock
+from arl.app.run_lock import RunLock
 with RunLock(sys.argv[1]):
     time.sleep(3600)
 """

@@ -1,4 +1,5 @@
-"""The package shape of DESIGN.md §2: who may import what, and what `import arl` pulls in."""
+"""The package shape of docs/ARCHITECTURE.md: one import name (`arl`), who may import what,
+and what `import arl` pulls in."""
 
 import ast
 import pathlib
@@ -7,10 +8,12 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# Bottom to top; a package imports only itself and the packages before it (envs and learner
-# share a level: neither imports the other).
-LAYERS = (("arl",), ("envs", "learner"), ("actors",), ("warmstart",), ("app",))
+# Bottom to top; a layer imports only itself and the layers before it (envs and learner share
+# a level: neither imports the other). "arl" is the core: the modules directly in arl/.
+LAYERS = (("arl",), ("arl.envs", "arl.learner"), ("arl.actors",), ("arl.warmstart",),
+          ("arl.app",))
 PACKAGES = tuple(p for layer in LAYERS for p in layer)
+SUBPACKAGES = tuple(p for p in PACKAGES if p != "arl")
 HEAVY = ("ray", "vllm", "deepspeed", "wandb")
 
 
@@ -19,6 +22,13 @@ def _allowed(package: str) -> set[str]:
         if package in layer:
             return {package, *(p for below in LAYERS[:level] for p in below)}
     raise KeyError(package)
+
+
+def _layer_of(module: str) -> str | None:
+    """The layer of a dotted module name: a subpackage of arl, the core, or None (not arl)."""
+    if module != "arl" and not module.startswith("arl."):
+        return None
+    return next((p for p in SUBPACKAGES if module == p or module.startswith(p + ".")), "arl")
 
 
 def _imports(path: pathlib.Path, full: bool = False) -> set[str]:
@@ -37,8 +47,15 @@ def _imports(path: pathlib.Path, full: bool = False) -> set[str]:
     return names
 
 
+def _layers_imported(path: pathlib.Path) -> set[str]:
+    return {layer for m in _imports(path, full=True) if (layer := _layer_of(m)) is not None}
+
+
 def _sources(package: str) -> list[pathlib.Path]:
-    return sorted((ROOT / package).rglob("*.py"))
+    folder = ROOT / package.replace(".", "/")
+    if package == "arl":  # the core: the modules directly in arl/
+        return sorted(folder.glob("*.py"))
+    return sorted(folder.rglob("*.py"))
 
 
 def _module(path: pathlib.Path) -> str:
@@ -47,12 +64,30 @@ def _module(path: pathlib.Path) -> str:
     return ".".join(parts)
 
 
+def test_one_top_level_import_name():
+    """The installed distribution adds one import name, arl (its metadata's top level), and
+    the repository holds no other Python package beside it."""
+    from importlib.metadata import distribution
+
+    dist = distribution("arl")
+    top = (dist.read_text("top_level.txt") or "").split()
+    if not top:  # an editable install lists no top_level.txt: its files say it
+        top = sorted({pathlib.PurePosixPath(str(f)).parts[0] for f in dist.files or []
+                      if str(f).endswith(".py") and not str(f).startswith("__editable__")})
+    assert top in (["arl"], []), top
+    found = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
+    # examples/ is code a user would write, importable from the repository, not installed
+    assert found == ["arl", "examples"], found
+    entry = {ep.name: ep.value for ep in dist.entry_points}
+    assert entry["arl"] == "arl.app.cli:main"
+    assert all(v.startswith("arl.") for k, v in entry.items()), entry
+
+
 def test_dependency_rule_without_exemptions():
     violations = []
     for package in PACKAGES:
         for path in _sources(package):
-            project = _imports(path) & set(PACKAGES)
-            for name in sorted(project - _allowed(package)):
+            for name in sorted(_layers_imported(path) - _allowed(package)):
                 violations.append(f"{path.relative_to(ROOT)} imports {name}")
     assert not violations, "dependency rule broken:\n" + "\n".join(violations)
 
@@ -85,7 +120,7 @@ def test_no_import_cycle():
 def test_ray_only_in_actors():
     offenders = [
         str(path.relative_to(ROOT))
-        for package in PACKAGES if package != "actors"
+        for package in PACKAGES if package != "arl.actors"
         for path in _sources(package)
         if "ray" in _imports(path)
     ]
@@ -94,7 +129,7 @@ def test_ray_only_in_actors():
 
 def test_envs_import_no_torch():
     offenders = [
-        str(p.relative_to(ROOT)) for p in _sources("envs") if {"torch", "ray"} & _imports(p)
+        str(p.relative_to(ROOT)) for p in _sources("arl.envs") if {"torch", "ray"} & _imports(p)
     ]
     assert not offenders
 

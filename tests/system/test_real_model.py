@@ -24,7 +24,7 @@ pytestmark = [
 
 
 def test_gguf_is_converted_once_and_reused(tmp_path, monkeypatch):
-    from learner import gguf
+    from arl.learner import gguf
 
     first = gguf.prepare_model(GGUF, cache=str(tmp_path))
     assert (tmp_path / first.rsplit("/", 1)[1] / "model.safetensors").is_file()
@@ -41,8 +41,8 @@ def test_a_format_warm_up_of_smollm2_then_gspo_steps(tmp_path):
     as rollouts render them (the tools in the system message), it saves a whole model folder
     that the loop trains on, and it learns the format: the raw model makes no well-formed
     call (0 of 20 at temperature 1), the warmed-up one does."""
-    from app.train import train
-    from warmstart.build import warmstart
+    from arl.app.train import train
+    from arl.warmstart.build import warmstart
 
     out = tmp_path / "smollm2-warm"
     # the shipped config keeps most transcripts malformed so that training starts low;
@@ -63,7 +63,7 @@ def test_a_format_warm_up_of_smollm2_then_gspo_steps(tmp_path):
 
 
 def test_three_gspo_steps_of_smollm2_on_cpu(tmp_path):
-    from app.train import train
+    from arl.app.train import train
 
     cfg = load_config([CONFIG], [
         f"model.path={GGUF}", "steps=3", "rollout.groups_per_step=2", "rollout.group_size=4",

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from app.train import train
+from arl.app.train import train
 from tests.builders import ci_config, metrics_rows
 
 
@@ -73,9 +73,9 @@ def test_non_finite_steps_in_a_row_save_a_checkpoint_and_stop(tmp_path, warm_mod
     import numpy as np
     import torch
 
-    import app.train as driver
-    from learner.checkpoint import load_checkpoint
-    from learner.model import load_model
+    import arl.app.train as driver
+    from arl.learner.checkpoint import load_checkpoint
+    from arl.learner.model import load_model
 
     def nan_advantages(rewards, eps):
         return torch.full_like(rewards, float("nan"))
@@ -97,7 +97,7 @@ def test_non_finite_steps_in_a_row_save_a_checkpoint_and_stop(tmp_path, warm_mod
 
 def test_env_failures_mask_their_groups_and_the_run_goes_on(tmp_path, warm_model_dir,
                                                            monkeypatch):
-    from envs.tictactoe_move import TicTacToeMoveEnv
+    from arl.envs.tictactoe_move import TicTacToeMoveEnv
 
     real_step = TicTacToeMoveEnv.step
     calls = {"n": 0}
@@ -124,7 +124,7 @@ def test_env_failures_mask_their_groups_and_the_run_goes_on(tmp_path, warm_model
 
 
 def test_resume_auto_continues_and_refuses_a_tampered_checkpoint(tmp_path, warm_model_dir):
-    from learner.checkpoint import CheckpointError, load_checkpoint
+    from arl.learner.checkpoint import CheckpointError, load_checkpoint
 
     whole = train(ci_config(warm_model_dir, tmp_path / "a", "steps=3"), use_ray=False)
     train(ci_config(warm_model_dir, tmp_path / "b", "steps=2", "learner.checkpoint_every=1",
@@ -226,8 +226,8 @@ def test_hung_rollout_worker_is_replaced_after_timeout(tmp_path, warm_model_dir)
 def test_the_learner_never_trains_twice_on_an_episode(warm_model_dir):
     import numpy as np
 
-    from actors.learner import LearnerWorker
-    from actors.rollout import RolloutWorker
+    from arl.actors.learner import LearnerWorker
+    from arl.actors.rollout import RolloutWorker
 
     cfg = ci_config(warm_model_dir, "unused")
     rollout = RolloutWorker(cfg.model, cfg.rollout, cfg.env, 1)

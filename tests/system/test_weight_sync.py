@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from actors.transport import layout_of
-from app.train import train
+from arl.actors.transport import layout_of
+from arl.app.train import train
 from arl.config import ConfigError, load_config
 
 
@@ -57,7 +57,7 @@ def test_gloo_sync_delivers_the_learner_weights_to_every_worker(warm_model_dir):
     import numpy as np
     import ray
 
-    from actors.cluster import Cluster
+    from arl.actors.cluster import Cluster
 
     cfg = load_config(["configs/ci.yaml"], [
         f"model.path={warm_model_dir}", "ray.address=local", "ray.num_cpus=3",

@@ -10,7 +10,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from arl.config import ConfigError, load_config
-from warmstart.build import _stamp, cached, warmstart
+from arl.warmstart.build import _stamp, cached, warmstart
 
 SETTINGS = ["warmstart.examples=24", "warmstart.batch_size=8", "warmstart.lr=1e-3",
             "warmstart.eval_episodes=4", "warmstart.prompt_loss=false"]

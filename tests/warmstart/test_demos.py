@@ -5,13 +5,13 @@ from collections import Counter
 
 import pytest
 
+from arl.envs import tictactoe_rules as rules
+from arl.envs.registry import env_config
+from arl.envs.tictactoe_move import move_outcome, outcome_reward
 from arl.tools import format_tool_call, parse_tool_call
 from arl.types import ToolCall, ToolCallError
-from envs import tictactoe_rules as rules
-from envs.registry import env_config
-from envs.tictactoe_move import move_outcome, outcome_reward
+from arl.warmstart.demos import corpus_texts, game_examples, warmstart_examples
 from tests.builders import read_board
-from warmstart.demos import corpus_texts, game_examples, warmstart_examples
 
 
 def _board_of(demo) -> rules.Board:

@@ -11,7 +11,7 @@ from arl.config import load_config  # noqa: E402
 from arl.env_spec import resolve_env  # noqa: E402
 from arl.tools import parse_tool_call  # noqa: E402
 from arl.types import ToolCall  # noqa: E402
-from warmstart.env_demos import env_examples  # noqa: E402
+from arl.warmstart.env_demos import env_examples  # noqa: E402
 
 
 def test_env_examples_are_legal_calls_or_mistakes_in_exact_numbers():

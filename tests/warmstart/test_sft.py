@@ -9,11 +9,11 @@ import re
 import pytest
 import torch
 
+from arl.learner.optim import lr_factor
 from arl.types import Message
-from learner.optim import lr_factor
+from arl.warmstart.sft import IGNORE, collate, encode_example, supervised_finetune
+from arl.warmstart.tiny import IM_END, build_tiny_model, build_tokenizer, render_chat
 from tests.builders import TOOL
-from warmstart.sft import IGNORE, collate, encode_example, supervised_finetune
-from warmstart.tiny import IM_END, build_tiny_model, build_tokenizer, render_chat
 
 SYSTEM = "You play tic-tac-toe as X. Reply with one choose_square tool call."
 CALL = '<tool_call>{"name": "choose_square", "arguments": {"square": %s}}</tool_call>'

@@ -11,11 +11,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import learner.model as model_module
+import arl.learner.model as model_module
+from arl.learner.model import load_model, set_torch_threads, token_logprobs
 from arl.types import Message, ToolSchema
-from learner.model import load_model, set_torch_threads, token_logprobs
-from tests.builders import TOOL
-from warmstart.tiny import (
+from arl.warmstart.tiny import (
     IM_END,
     SPECIAL_TOKENS,
     TOOL_TOKENS,
@@ -24,6 +23,7 @@ from warmstart.tiny import (
     render_chat,
     save_model_dir,
 )
+from tests.builders import TOOL
 
 SYSTEM = Message("system", "You play tic-tac-toe as X. Reply with one choose_square tool call.")
 CALL = '<tool_call>{"name": "choose_square", "arguments": {"square": %d}}</tool_call>'

@@ -1,0 +1,178 @@
+"""Evaluate a policy in-process with one engine: play episodes of an env and report rates,
+play full games against an opponent, or score given positions (`arl eval`)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from arl.actors.engines.hf import HFEngine
+from arl.config import EnvConfig, recorded_env
+from arl.env_spec import resolve_env
+from arl.envs.registry import make_env
+from arl.episode import ChatRenderer, run_episodes
+from arl.evaluation import GAME_OUTCOMES, Rate, game_outcome
+from arl.learner.checkpoint import MANIFEST_FILE, recorded_config
+from arl.learner.export import export_checkpoint
+from arl.protocols import RolloutEngine
+from arl.types import SamplingParams, Trajectory
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    episodes: int
+    reward_mean: float
+    parse_rate: float  # turns whose tool call parsed and validated
+    outcomes: dict[str, float]  # outcome -> fraction of episodes
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "episodes": self.episodes,
+            "reward_mean": round(self.reward_mean, 4),
+            "parse_rate": round(self.parse_rate, 4),
+            "outcomes": {k: round(v, 4) for k, v in sorted(self.outcomes.items())},
+        }
+
+
+def evaluate(
+    model_path: str,
+    env_cfg: EnvConfig,
+    episodes: int,
+    seed: int,
+    dtype: str = "auto",
+    temperature: float = 1.0,
+    max_new_tokens: int = 48,
+    max_turns: int = 9,
+) -> EvalReport:
+    """Play `episodes` episodes from distinct start states (env seeds seed, seed+1, ...)."""
+    engine = HFEngine(model_path, dtype=dtype)
+    tokenizer = engine.get_tokenizer()
+    renderer = ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
+    starts = [(make_env(env_cfg), seed + i, i) for i in range(episodes)]
+    params = SamplingParams(temperature, 1.0, max_new_tokens, seed)
+    return summarize(run_episodes(engine, renderer, starts, params, max_turns=max_turns))
+
+
+def summarize(trajectories: list[Trajectory]) -> EvalReport:
+    n = len(trajectories)
+    turns = sum(t.num_turns for t in trajectories)
+    outcomes: dict[str, float] = {}
+    for t in trajectories:
+        key = t.outcome.kind if t.outcome is not None else "unknown"
+        outcomes[key] = outcomes.get(key, 0.0) + 1.0 / n
+    return EvalReport(
+        episodes=n,
+        reward_mean=float(np.mean([t.reward for t in trajectories])),
+        parse_rate=sum(t.num_tool_calls for t in trajectories) / max(turns, 1),
+        outcomes=outcomes,
+    )
+
+
+def load_policy(path: str, dtype: str = "auto") -> HFEngine:
+    """An engine holding the policy at `path`: a checkpoint directory (its hashes verified;
+    exported to a temporary HF folder, LoRA merged: the same weights `arl export` writes)
+    or a plain HF model directory."""
+    if not os.path.isfile(os.path.join(path, MANIFEST_FILE)):
+        return HFEngine(path, dtype=dtype)
+    with tempfile.TemporaryDirectory(prefix="arl-policy-") as tmp:
+        folder = export_checkpoint(path, os.path.join(tmp, "model"))
+        engine = HFEngine(str(folder), dtype=dtype)
+    engine.version = checkpoint_step_of(path)
+    return engine
+
+
+def trained_env(path: str) -> dict:
+    """The env section of the run a checkpoint comes from, checked as data: only keys of an
+    installed env, nothing that names code (`arl.config.recorded_env`, UserError if it
+    does); {} for a model folder or a checkpoint that records none."""
+    if not os.path.isfile(os.path.join(path, MANIFEST_FILE)):
+        return {}
+    env = recorded_config(path).get("env")
+    return recorded_env(env, f"checkpoint {path}") if env else {}
+
+
+def checkpoint_step_of(path: str) -> int:
+    """The learner step a checkpoint was saved after (its manifest's `step`)."""
+    from pathlib import Path
+
+    from arl.learner.checkpoint import read_manifest
+
+    return int(read_manifest(Path(path))["step"])
+
+
+def _renderer(engine: RolloutEngine) -> ChatRenderer:
+    tokenizer = engine.get_tokenizer()
+    return ChatRenderer(tokenizer, stop_token=tokenizer.eos_token)
+
+
+def play_games(engine: RolloutEngine, env_cfg: EnvConfig, games: int, samples: int,
+               params: SamplingParams) -> dict[str, Rate]:
+    """Play `games` start states `samples` times each (env seeds params.seed + i) to the
+    end; return the rate of each of GAME_OUTCOMES over all games played."""
+    return game_rates(play(engine, env_cfg, games, samples, params))
+
+
+def play(engine: RolloutEngine, env_cfg: EnvConfig, games: int, samples: int,
+         params: SamplingParams) -> list[Trajectory]:
+    """The episodes of `play_games`."""
+    starts = [(make_env(env_cfg), params.seed + i, i) for i in range(games)
+              for _ in range(samples)]
+    return run_episodes(engine, _renderer(engine), starts, params,
+                        max_turns=resolve_env(env_cfg.name).max_turns)
+
+
+def game_rates(played: list[Trajectory]) -> dict[str, Rate]:
+    """The rate of each of GAME_OUTCOMES over `played`."""
+    counts = Counter(game_outcome(t.outcome) for t in played)
+    return {o: Rate(counts[o], len(played)) for o in GAME_OUTCOMES}
+
+
+def evaluation_metrics(engine: RolloutEngine, env_cfg: EnvConfig, opponents: list[str],
+                       positions: dict[str, list[dict]], games: int, seed: int,
+                       max_new_tokens: int) -> dict[str, float]:
+    """Greedy play of the engine's current policy, as `eval/*` metrics: for each opponent
+    (the env's spellings) `games` full games as X and as O, the games the env's spec names
+    (`EnvSpec.eval_game`): their outcome rates and mean reward; and the accuracy on each
+    positions file's rows."""
+    greedy = SamplingParams(0.0, 1.0, max_new_tokens, seed)
+    spec = resolve_env(env_cfg.name)
+    metrics: dict[str, float] = {}
+    for opponent in opponents if spec.eval_game is not None else ():
+        name = opponent.replace(":", "")
+        for seat in ("X", "O"):
+            _, cfg = spec.eval_game(env_cfg, opponent, seat)
+            played = play(engine, cfg, games, 1, greedy)
+            rates = game_rates(played)
+            metrics[f"eval/{name}_as_{seat}_reward"] = float(np.mean([t.reward for t in played]))
+            for outcome, rate in rates.items():
+                metrics[f"eval/{name}_as_{seat}_{outcome}"] = rate.rate
+            metrics[f"eval/{name}_as_{seat}_nonloss"] = rates["win"].rate + rates["draw"].rate
+    for label, rows in positions.items():
+        rates = score_positions(engine, env_cfg, rows, 1, greedy)
+        metrics[f"eval/{label}_accuracy"] = rates["accuracy"].rate
+        metrics[f"eval/{label}_illegal"] = rates["illegal"].rate
+    return metrics
+
+
+def score_positions(engine: RolloutEngine, env_cfg: EnvConfig, rows: list[dict], samples: int,
+                    params: SamplingParams) -> dict[str, Rate]:
+    """One move from each positions-file row (`EnvSpec.position` of `env_cfg`'s env),
+    `samples` times: `accuracy` (one of the row's good actions) and `illegal` (an invalid
+    call or an illegal move) over all moves made."""
+    spec = resolve_env(env_cfg.name)
+    if spec.position is None:
+        raise ValueError(f"env {spec.name!r} reads no positions files")
+    built = [(i, *spec.position(env_cfg, row))  # an env per episode
+             for i, row in enumerate(rows) for _ in range(samples)]
+    good_moves = {i: good for i, _, good in built}
+    starts = [(env, params.seed + i, i) for i, env, _ in built]
+    played = run_episodes(engine, _renderer(engine), starts, params, max_turns=1)
+    good = sum(t.outcome is not None and bool(t.outcome.actions)
+               and t.outcome.actions[0] in good_moves[t.group_id] for t in played)
+    illegal = sum(t.outcome is None or t.outcome.result == "invalid" for t in played)
+    total = len(played)
+    return {"accuracy": Rate(good, total), "illegal": Rate(illegal, total)}

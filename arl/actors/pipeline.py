@@ -1,0 +1,169 @@
+"""Async rollouts: workers generate continuously while the learner trains (`mode: async`).
+
+The rollout side works in *chunks*: chunk c is part `c % W` of step `c // W`'s start states
+(W = rollout workers), exactly the share sync mode gives worker `c % W` at that step, with
+the same sampling seed. Any free worker may play any chunk.
+
+Admission control bounds staleness and memory at once: a chunk is started only while
+`started - dropped < (published_version + max_staleness + 1) * W`, so at most
+(max_staleness + 1) steps of chunks are ever in flight or buffered. A new weight version is
+queued on every worker right after it is published; a worker loads it when its current chunk
+ends (Ray runs one caller's calls to an actor in order), so it never stops the world.
+
+The learner takes the first W chunks to complete (ordered by chunk index within the batch)
+as soon as they are there. A chunk whose trajectories are more than `max_staleness` versions
+behind the learner is dropped and counted. With max_staleness = 0 nothing can start before
+the weights it must use are published, so the sequence of chunks, seeds and weights is
+exactly sync mode's: the two modes give identical runs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+
+from arl.actors.cluster import Cluster
+from arl.actors.rollout_pool import RolloutBatch, worker_shares
+from arl.config import Config
+from arl.steps import start_states, transcripts_wanted
+from arl.types import EpisodeSummary
+
+
+@dataclass
+class _Chunk:
+    index: int
+    worker: int
+    args: tuple
+    refs: Any = None
+    summaries: list[EpisodeSummary] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AsyncStats:
+    """What one `next_batch` saw: staleness of what it took, and what it dropped."""
+
+    staleness: list[int]
+    dropped_trajectories: int
+
+
+class AsyncRollouts:
+    """Keeps every rollout worker busy within the staleness bound; hands out batches, from
+    step `first_step` on. It owns the chunks: which start states, seeds and transcripts a
+    chunk plays (`chunk_args`), and when one starts."""
+
+    def __init__(self, cluster: Cluster, cfg: Config, first_step: int):
+        self.cluster = cluster
+        self.pool = cluster.rollout
+        self.cfg = cfg
+        self.k = cfg.max_staleness
+        self.workers = len(self.pool)
+        self.next_chunk = first_step * self.workers
+        self.dropped_chunks = 0
+        self.busy: dict[int, _Chunk] = {}  # worker -> its chunk in flight
+        self.done: list[_Chunk] = []  # completed, not yet taken, in completion order
+        self.idle_since = {w: time.perf_counter() for w in range(self.workers)}
+        self.rollout_idle_s = 0.0  # summed over workers since the last `take_rollout_idle`
+
+    def _admitted(self, version: int) -> bool:
+        started = self.next_chunk - self.dropped_chunks
+        return started < (version + self.k + 1) * self.workers
+
+    def feed(self, version: int) -> None:
+        """Start chunks on idle workers while admission allows."""
+        for w in range(self.workers):
+            if w in self.busy or not self._admitted(version):
+                continue
+            c = self.next_chunk
+            self.next_chunk += 1
+            chunk = _Chunk(c, w, chunk_args(self.cfg, c))
+            chunk.refs = self.pool.submit(w, chunk.args)
+            self.busy[w] = chunk
+            self.rollout_idle_s += time.perf_counter() - self.idle_since.pop(w)
+
+    def poll(self, timeout: float | None, also: Any = None) -> bool:
+        """Wait up to `timeout` s (None: no limit) for a chunk, or for `also` (another
+        reference) if given, to complete; move completed chunks to the done list. Return
+        whether `also` is ready. A dead worker is rebuilt (current weights) and plays its
+        chunk again."""
+        workers = list(self.busy)
+        refs = [self._head(self.busy[w]) for w in workers] + ([also] if also is not None else [])
+        if not refs:
+            return False
+        ready = self.pool.group.wait(refs, timeout)
+        for w in (workers[i] for i in ready if i < len(workers)):
+            chunk = self.busy.pop(w)
+            try:
+                chunk.summaries = self.pool.group.get(self._head(chunk))
+            except ray.exceptions.RayActorError as err:
+                self.pool.recover(w, f"died ({type(err).__name__})")
+                chunk.refs = self.pool.submit(w, chunk.args)
+                self.busy[w] = chunk
+                continue
+            self.done.append(chunk)
+            self.idle_since[w] = time.perf_counter()
+        return also is not None and len(workers) in ready
+
+    @staticmethod
+    def _head(chunk: _Chunk) -> Any:
+        return chunk.refs[0]
+
+    def next_batch(self, learner_version: int) -> tuple[RolloutBatch, AsyncStats]:
+        """The next W fresh chunks as one batch (ordered by chunk index), feeding workers
+        while it waits. Chunks more than max_staleness behind `learner_version` are dropped."""
+        staleness, dropped = [], 0
+        while True:
+            fresh = []
+            for chunk in self.done:
+                behind = [learner_version - s.policy_version for s in chunk.summaries]
+                if max(behind, default=0) > self.k:
+                    dropped += len(chunk.summaries)
+                    self.dropped_chunks += 1
+                else:
+                    fresh.append(chunk)
+            self.done = fresh
+            if len(self.done) >= self.workers:
+                break
+            self.feed(learner_version)
+            self.poll(timeout=None)  # admission always lets a chunk start here (module doc)
+        taken = sorted(self.done[: self.workers], key=lambda ch: ch.index)
+        self.done = self.done[self.workers:]
+        for chunk in taken:
+            staleness += [learner_version - s.policy_version for s in chunk.summaries]
+        batch = RolloutBatch([s for ch in taken for s in ch.summaries],
+                             [ch.refs[1] for ch in taken])
+        return batch, AsyncStats(staleness, dropped)
+
+    def wait_for(self, refs: list[Any], version: int) -> Any:
+        """Rank 0's result of the learner's step `refs` (every rank's reference), keeping the
+        rollout workers fed meanwhile."""
+        while True:
+            self.feed(version)
+            if self.poll(timeout=None, also=refs[0]):
+                return self.cluster.learner.get(refs)[0]
+
+    def take_rollout_idle(self) -> float:
+        """Mean idle seconds per rollout worker since the last call (workers idle now count
+        up to now)."""
+        now = time.perf_counter()
+        idle = self.rollout_idle_s + sum(now - t for t in self.idle_since.values())
+        self.idle_since = {w: now for w in self.idle_since}
+        self.rollout_idle_s = 0.0
+        return idle / self.workers
+
+    def drain(self) -> None:
+        """Wait for the chunks in flight (their results are discarded)."""
+        while self.busy:
+            self.poll(timeout=None)
+
+
+def chunk_args(cfg: Config, c: int) -> tuple:
+    """Chunk `c`'s collect arguments: exactly what sync mode gives worker `c % W` at step
+    `c // W`."""
+    workers = cfg.rollout.num_workers
+    step, part = divmod(c, workers)
+    states = start_states(cfg, step)
+    return worker_shares(states.env_seeds, states.group_ids, cfg.seed + step, workers,
+                         transcripts_wanted(cfg, step))[part]

@@ -1,0 +1,132 @@
+"""Weight sync transports: how a new policy version travels from learner rank 0 to every
+rollout worker (`weight_sync.transport`).
+
+object_store (the default, one node): learner rank 0 exports its weights once, Ray puts them
+    in the object store, and every rollout worker maps that one copy (actors/weight_sync.py).
+nccl | gloo (a collective): learner rank 0 and the W rollout workers form a process group of
+    their own, 1 + W members (NCCL between GPUs; gloo over TCP between CPU processes, e.g. CPU
+    nodes of a cluster). Each sync is one control call per member; learner rank 0 then
+    broadcasts the weights in buckets of `weight_sync.bucket_mib` MiB, in the rollout dtype,
+    and each worker loads what it received with its engine's own call. The tensors never
+    pass through the driver or the object store.
+
+Both transports deliver the same thing: {HF name: tensor}, tied names included, which the
+engine casts to its dtype. A group is fixed once formed; when a rollout worker is rebuilt,
+the driver forms a new one (`join`) before the next collective sync.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from arl.learner.distributed import listen_on, rendezvous
+from arl.learner.model import torch_dtype
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What every broadcast carries, fixed for a run: the unique tensors in order, and the
+    names that share one of them (tied weights)."""
+
+    names: tuple[str, ...]  # the first name of each unique tensor
+    shapes: tuple[tuple[int, ...], ...]
+    aliases: tuple[tuple[str, str], ...]  # (other name, first name)
+    dtype: str  # the rollout dtype: bfloat16 | float32
+
+    def buckets(self, bucket_bytes: int) -> list[list[int]]:
+        """Consecutive tensor indices, each run at most `bucket_bytes` (a larger tensor goes
+        alone)."""
+        size = torch.empty((), dtype=torch_dtype(self.dtype)).element_size()
+        out: list[list[int]] = [[]]
+        used = 0
+        for i, shape in enumerate(self.shapes):
+            nbytes = math.prod(shape) * size
+            if out[-1] and used + nbytes > bucket_bytes:
+                out.append([])
+                used = 0
+            out[-1].append(i)
+            used += nbytes
+        return [b for b in out if b]
+
+
+def layout_of_shapes(entries: Iterable[tuple[str, tuple[int, ...], int]], dtype: str) -> Layout:
+    """The layout of weights given as (name, shape, key), where tied names share a key
+    (`learner.state.weight_shapes`: parameter metadata, no tensor is read)."""
+    names, shapes, aliases, first = [], [], [], {}
+    for name, shape, key in entries:
+        if key in first:
+            aliases.append((name, first[key]))
+            continue
+        first[key] = name
+        names.append(name)
+        shapes.append(tuple(shape))
+    return Layout(tuple(names), tuple(shapes), tuple(aliases), dtype)
+
+
+def layout_of(state: Iterable[tuple[str, torch.Tensor]], dtype: str) -> Layout:
+    """The layout of full weights {name: tensor}.items(), where tied names share a tensor."""
+    return layout_of_shapes(((n, tuple(t.shape), id(t)) for n, t in state), dtype)
+
+
+class SyncGroup:
+    """One member's end of a weight-sync group: rank 0 sends, the others receive."""
+
+    def __init__(self, address: str, port: int, rank: int, world: int, backend: str,
+                 timeout_s: float):
+        """Every member calls this at the same time; rank 0 hosts the rendezvous store on
+        address:port. Buckets travel on the GPU (nccl) or the CPU (gloo). Raises if the
+        others do not arrive within `timeout_s`."""
+        timeout = datetime.timedelta(seconds=timeout_s)
+        store = rendezvous(address, port, rank, world, timeout)  # on `address` alone
+        listen_on(address)
+        if backend == "nccl":
+            options = dist.ProcessGroupNCCL.Options()
+            options._timeout = timeout
+            self.group = dist.ProcessGroupNCCL(store, rank, world, options)
+        elif backend == "gloo":
+            self.group = dist.ProcessGroupGloo(store, rank, world, timeout)
+        else:
+            raise ValueError(f"weight-sync backend must be nccl | gloo, got {backend!r}")
+        self._store = store  # kept alive with the group
+        self.rank = rank
+        self.device = torch.device("cuda" if backend == "nccl" else "cpu")
+
+    def send(self, state: Mapping[str, torch.Tensor], layout: Layout, bucket_bytes: int) -> None:
+        """Broadcast `state` (rank 0), bucket by bucket, cast to the layout's dtype."""
+        dtype = torch_dtype(layout.dtype)
+        for bucket in layout.buckets(bucket_bytes):
+            flat = torch.cat([state[layout.names[i]].detach().reshape(-1).to(dtype)
+                              for i in bucket]).to(self.device)
+            self.group.broadcast([flat], _root()).wait()
+
+    def receive(self, layout: Layout, bucket_bytes: int) -> dict[str, torch.Tensor]:
+        """Receive one `send` (ranks > 0): {name: tensor}, tied names included."""
+        dtype = torch_dtype(layout.dtype)
+        out: dict[str, torch.Tensor] = {}
+        for bucket in layout.buckets(bucket_bytes):
+            sizes = [math.prod(layout.shapes[i]) for i in bucket]
+            flat = torch.empty(sum(sizes), dtype=dtype, device=self.device)
+            self.group.broadcast([flat], _root()).wait()
+            for i, part in zip(bucket, flat.split(sizes), strict=True):
+                out[layout.names[i]] = part.view(layout.shapes[i])
+        for name, source in layout.aliases:
+            out[name] = out[source]
+        return out
+
+    def close(self) -> None:
+        abort = getattr(self.group, "abort", None)  # NCCL: free the communicator now
+        if abort is not None:
+            abort()
+        self.group = None
+
+
+def _root() -> dist.BroadcastOptions:
+    opts = dist.BroadcastOptions()
+    opts.rootRank = 0
+    return opts
