@@ -14,7 +14,7 @@ _.ENABLE_RAY_CLUSTER  # a Ray constant set for its effect (arl/actors/connect.py
 _._timeout  # ProcessGroupNCCL options (arl/actors/transport.py)
 _._store  # kept alive with its process group (arl/actors/transport.py)
 _.rootRank  # BroadcastOptions (arl/actors/transport.py)
-_.normalizer  # tokenizers' pipeline, set for its effect (arl/warmstart/tiny.py)
+_.normalizer  # tokenizers' pipeline, set for its effect (arl/model/tiny.py)
 _.pre_tokenizer
 _.decoder
 _.padding_side

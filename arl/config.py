@@ -27,7 +27,7 @@ from arl.config_values import (  # noqa: F401 (is_loopback, recorded_env: from h
 )
 from arl.env_spec import EnvSpec, resolve_env
 from arl.errors import ConfigError, UserError, one_line, shown
-from arl.model_path import model_file
+from arl.model_source import model_source
 from arl.schema import (  # noqa: F401 (the sections are imported from here)
     CHECKS,
     Config,
@@ -206,8 +206,8 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
     _check_eval(cfg, check_paths)
     if check_paths:
         try:
-            model_file(cfg.model.path)
-        except (FileNotFoundError, ValueError) as err:
+            model_source(cfg.model.path)
+        except FileNotFoundError as err:
             raise ConfigError("model.path", str(err)) from err
 
 
@@ -319,8 +319,8 @@ def check_warmstart_base(cfg: Config) -> None:
     by `arl warmstart` itself, whose config is loaded with `check_paths=False`)."""
     if cfg.warmstart.base:
         try:
-            model_file(cfg.warmstart.base)
-        except (FileNotFoundError, ValueError) as err:
+            model_source(cfg.warmstart.base)
+        except FileNotFoundError as err:
             raise ConfigError("warmstart.base", str(err)) from err
 
 

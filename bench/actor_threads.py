@@ -27,7 +27,7 @@ import ray
 
 from arl.actors.rollout import RolloutWorker
 from arl.config import load_config
-from arl.model_path import local_path
+from arl.model_source import local_path
 from arl.steps import start_states
 
 

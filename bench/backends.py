@@ -20,7 +20,7 @@ import numpy as np
 
 from arl.config import LearnerConfig
 from arl.learner.gspo_learner import GSPOLearner
-from arl.learner.model import set_torch_threads
+from arl.model.causal_lm import set_torch_threads
 from arl.types import Trajectory
 
 

@@ -55,8 +55,8 @@ def build(args):
     """(model, tokenizer): the model at `--model`, or a fresh one of `--hidden` width."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from arl.model_path import local_path
-    from arl.warmstart.tiny import build_tiny_model
+    from arl.model.tiny import build_tiny_model
+    from arl.model_source import local_path
 
     path = local_path(args.model)
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -106,9 +106,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from arl.envs.registry import env_config
-    from arl.learner.model import set_torch_threads
+    from arl.model.causal_lm import set_torch_threads
+    from arl.model.tiny import save_model_dir
     from arl.warmstart.sft import supervised_finetune
-    from arl.warmstart.tiny import save_model_dir
 
     set_torch_threads(os.cpu_count() or 1)
     env_cfg = env_config("tictactoe_move", board_format=args.board_format,

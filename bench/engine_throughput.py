@@ -19,7 +19,7 @@ import torch
 from arl.actors.engines.hf import HFEngine
 from arl.envs.registry import env_config, make_env
 from arl.episode import ChatRenderer
-from arl.model_path import local_path
+from arl.model_source import local_path
 from arl.types import SamplingParams
 
 MODEL = local_path(sys.argv[1] if len(sys.argv) > 1 else "cache:tiny-warmstart-board")

@@ -63,15 +63,15 @@ def model_shape(path: str) -> tuple[int, int, int]:
 
 
 def main() -> None:
-    from arl.learner.gguf import prepare_model
-    from arl.model_path import local_path
+    from arl.model.source import local_folder
+    from arl.model_source import local_path
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", default="cache:tiny-warmstart")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    parameters, hidden, intermediate = model_shape(prepare_model(local_path(args.model)))
+    parameters, hidden, intermediate = model_shape(local_folder(local_path(args.model)))
     peak = matmul_peak(hidden, intermediate)
     print(f"{args.model}: {parameters / 1e6:.2f}M parameters; matrix products at best "
           f"{peak['bfloat16']:.0f} GFLOPS in bf16, {peak['float32']:.0f} in fp32 "

@@ -23,7 +23,7 @@ def main() -> None:
     from arl.actors.engines.vllm import VLLMEngine
     from arl.envs.registry import env_config, make_env
     from arl.episode import ChatRenderer
-    from arl.learner.model import load_model
+    from arl.model.causal_lm import load_model
     from arl.types import SamplingParams
 
     path = sys.argv[1] if len(sys.argv) > 1 else "cache:tiny-warmstart"

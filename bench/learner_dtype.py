@@ -34,8 +34,8 @@ import torch
 from arl.actors.engines.hf import HFEngine
 from arl.envs.registry import env_config, make_env
 from arl.episode import ChatRenderer
-from arl.learner.gguf import prepare_model
-from arl.learner.model import compute_in, load_model, token_logprobs
+from arl.model.causal_lm import compute_in, load_model, token_logprobs
+from arl.model.source import local_folder
 from arl.types import SamplingParams
 
 NEW_TOKENS = 32
@@ -137,7 +137,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    report = measure(prepare_model(args.model), args.batch, args.lr)
+    report = measure(local_folder(args.model), args.batch, args.lr)
     print(f"{'mode':>10} {'gap':>8} {'signal':>9} {'noise':>9} {'n/3e-4':>7} {'n/0.01':>7} "
           f"{'dis3e-4':>7} {'dis.01':>7} {'pass s':>7}")
     for mode, r in report.items():

@@ -27,10 +27,10 @@ import torch
 from arl.config import load_config
 from arl.envs.registry import make_env
 from arl.episode import ChatRenderer
-from arl.learner.gguf import prepare_model
 from arl.learner.gspo_learner import GSPOLearner
-from arl.learner.model import load_model
-from arl.model_path import local_path
+from arl.model.causal_lm import load_model
+from arl.model.source import local_folder
+from arl.model_source import local_path
 from arl.steps import start_states
 from arl.tools import format_tool_call
 from arl.types import ToolCall, Trajectory
@@ -67,7 +67,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     cfg = load_config([args.config], args.overrides)
-    path = prepare_model(local_path(cfg.model.path))
+    path = local_folder(local_path(cfg.model.path))
     trajectories = batch(cfg, path)
     advantages = np.random.default_rng(1).normal(size=len(trajectories)).astype(np.float32)
     learners, tokens, times, losses = {}, {}, {}, {}

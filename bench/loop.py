@@ -49,8 +49,8 @@ from arl.app.train import train
 from arl.config import Config, load_config
 from arl.episode import ChatRenderer
 from arl.learner.collate import right_pad
-from arl.learner.model import load_model, token_logprobs
-from arl.model_path import local_path
+from arl.model.causal_lm import load_model, token_logprobs
+from arl.model_source import local_path
 from arl.types import SamplingParams, Trajectory
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 20

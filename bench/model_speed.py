@@ -19,7 +19,7 @@ For each dtype (the rollout engine's `model.dtype` and the learner's `learner.dt
             one AdamW step per mini-batch (bf16 autocast with fp32 weights, or fp32)
 and prints in-loop / bare for both. The learner's ratio can exceed 1: the loop's learner
 runs the output head on completion positions only and a prompt the G samples share once
-(learner/model.py), which the bare pass does not. The last line is JSON.
+(arl/model/causal_lm.py), which the bare pass does not. The last line is JSON.
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ from arl.config import Config, load_config
 from arl.envs.registry import make_env
 from arl.episode import ChatRenderer
 from arl.learner.collate import right_pad
-from arl.learner.gguf import prepare_model
-from arl.learner.model import load_model, set_torch_threads, torch_dtype
-from arl.model_path import local_path
+from arl.model.causal_lm import load_model, set_torch_threads, torch_dtype
+from arl.model.source import local_folder
+from arl.model_source import local_path
 from arl.steps import start_states
 
 WARMUP = 2
@@ -59,7 +59,7 @@ def in_loop(config: str, dtype: str, steps: int) -> tuple[Config, dict[str, floa
                                      "learner.checkpoint_every=0", f"model.dtype={dtype}",
                                      f"learner.dtype={dtype}"])
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(
-            cfg.model, path=prepare_model(local_path(cfg.model.path))))
+            cfg.model, path=local_folder(local_path(cfg.model.path))))
         train(cfg, use_ray=True)
         with open(f"{out}/{cfg.run_name}/metrics.jsonl", encoding="utf-8") as f:
             rows = [json.loads(line) for line in f][WARMUP:]

@@ -19,7 +19,7 @@ SHAPES = ((16, 133), (64, 133), (16, 512))
 PROBE = """
 import gc, resource, sys, torch
 torch.set_num_threads(1)
-from arl.learner.model import load_model, token_logprobs
+from arl.model.causal_lm import load_model, token_logprobs
 model, _ = load_model(sys.argv[1], "float32")
 model.train()
 b, t = int(sys.argv[2]), int(sys.argv[3])

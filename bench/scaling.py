@@ -32,7 +32,7 @@ import psutil
 from arl.app.plan import GIB, Machine, model_shape, prompt_tokens, report
 from arl.app.train import train
 from arl.config import load_config
-from arl.learner.gguf import prepare_model
+from arl.model.source import local_folder
 
 STEPS = 10
 WARMUP = 2
@@ -95,7 +95,7 @@ def run(overrides: list[str], out: str, steps: int = STEPS, warmup: int = WARMUP
 
 def planned_gib(cfg) -> float:
     """`arl plan`'s host pool for `cfg` on this machine (GiB)."""
-    cfg.model.path = prepare_model(cfg.model.path)  # as `arl plan` resolves it
+    cfg.model.path = local_folder(cfg.model.path)  # as `arl plan` resolves it
     shape = model_shape(cfg.model.path, cfg.learner.lora.target_modules)
     _, summary, _ = report(cfg, shape, Machine(psutil.virtual_memory().total, None),
                            prompt_tokens(cfg))

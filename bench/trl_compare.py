@@ -39,7 +39,7 @@ from arl.config import Config, load_config
 from arl.dtypes import resolve as resolve_dtype
 from arl.envs.registry import make_env
 from arl.episode import ChatRenderer, parse_turn
-from arl.model_path import local_path
+from arl.model_source import local_path
 from arl.steps import start_states
 
 CONFIG = "configs/tictactoe_move.yaml"

@@ -51,8 +51,8 @@ def _one_thread_per_process():
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
+    from arl.model.tiny import build_tiny_model, build_tokenizer, save_model_dir
     from arl.warmstart.demos import corpus_texts
-    from arl.warmstart.tiny import build_tiny_model, build_tokenizer, save_model_dir
 
     path = str(tmp_path_factory.mktemp("models") / "tiny-random")
     tokenizer = build_tokenizer(corpus_texts(seed=0), 400)
@@ -63,10 +63,10 @@ def tiny_model_dir(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def warm_model_dir(tmp_path_factory, tiny_model_dir) -> str:
-    from arl.learner.model import load_model
+    from arl.model.causal_lm import load_model
+    from arl.model.tiny import save_model_dir
     from arl.warmstart.demos import warmstart_examples
     from arl.warmstart.sft import supervised_finetune
-    from arl.warmstart.tiny import save_model_dir
 
     path = str(tmp_path_factory.mktemp("models") / "tiny-warm")
     model, tokenizer = load_model(tiny_model_dir, dtype="bfloat16")

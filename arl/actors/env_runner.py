@@ -24,7 +24,7 @@ from arl.agent import AgentTask, resolve_agent
 from arl.config import EnvConfig, ModelConfig, RolloutConfig
 from arl.env_spec import EnvContext, EnvSpec, resolve_env
 from arl.episode import ChatRenderer, run_episodes
-from arl.learner.model import set_torch_threads
+from arl.model.causal_lm import set_torch_threads
 from arl.protocols import RolloutEngine
 from arl.types import Generation, SamplingParams, Trajectory
 

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from arl.actors.engines.hf import HFEngine
-from arl.config import EnvConfig, recorded_env
+from arl.config import EnvConfig
 from arl.env_spec import resolve_env
 from arl.envs.registry import make_env
 from arl.episode import ChatRenderer, run_episodes
 from arl.evaluation import GAME_OUTCOMES, Rate, game_outcome
-from arl.learner.checkpoint import MANIFEST_FILE, recorded_config
-from arl.learner.export import export_checkpoint
+from arl.model.checkpoint.export import export_checkpoint
+from arl.model.checkpoint.runs import is_checkpoint, step_of
 from arl.protocols import RolloutEngine
 from arl.types import SamplingParams, Trajectory
 
@@ -76,32 +76,13 @@ def load_policy(path: str, dtype: str = "auto") -> HFEngine:
     """An engine holding the policy at `path`: a checkpoint directory (its hashes verified;
     exported to a temporary HF folder, LoRA merged: the same weights `arl export` writes)
     or a plain HF model directory."""
-    if not os.path.isfile(os.path.join(path, MANIFEST_FILE)):
+    if not is_checkpoint(path):
         return HFEngine(path, dtype=dtype)
     with tempfile.TemporaryDirectory(prefix="arl-policy-") as tmp:
         folder = export_checkpoint(path, os.path.join(tmp, "model"))
         engine = HFEngine(str(folder), dtype=dtype)
-    engine.version = checkpoint_step_of(path)
+    engine.version = step_of(path)
     return engine
-
-
-def trained_env(path: str) -> dict:
-    """The env section of the run a checkpoint comes from, checked as data: only keys of an
-    installed env, nothing that names code (`arl.config.recorded_env`, UserError if it
-    does); {} for a model folder or a checkpoint that records none."""
-    if not os.path.isfile(os.path.join(path, MANIFEST_FILE)):
-        return {}
-    env = recorded_config(path).get("env")
-    return recorded_env(env, f"checkpoint {path}") if env else {}
-
-
-def checkpoint_step_of(path: str) -> int:
-    """The learner step a checkpoint was saved after (its manifest's `step`)."""
-    from pathlib import Path
-
-    from arl.learner.checkpoint import read_manifest
-
-    return int(read_manifest(Path(path))["step"])
 
 
 def _renderer(engine: RolloutEngine) -> ChatRenderer:

@@ -13,10 +13,10 @@ from arl.actors.transport import Layout, SyncGroup, layout_of_shapes
 from arl.config import LearnerConfig, ModelConfig
 from arl.dtypes import resolve as resolve_dtype
 from arl.learner import distributed
-from arl.learner.checkpoint import load_checkpoint, model_folder_files, save_checkpoint
 from arl.learner.gspo_learner import GSPOLearner
-from arl.learner.model import set_torch_threads
 from arl.learner.state import weight_shapes
+from arl.model.causal_lm import set_torch_threads
+from arl.model.checkpoint.store import load_checkpoint, model_folder_files, save_checkpoint
 from arl.types import Trajectory
 
 

@@ -22,8 +22,8 @@ from typing import Any
 import ray
 
 from arl.config import ModelConfig
-from arl.folders import NotOurs
-from arl.model_path import cache_dir
+from arl.files import NotOurs
+from arl.model_source import cache_dir
 
 MARKER = ".arl-shipped"
 

@@ -23,7 +23,7 @@ from arl.agent import resolve_agent
 from arl.config import EnvConfig, ModelConfig, RolloutConfig
 from arl.env_spec import resolve_env
 from arl.episode import ChatRenderer
-from arl.learner.model import set_torch_threads
+from arl.model.causal_lm import set_torch_threads
 from arl.types import EpisodeSummary, Generation, SamplingParams, Trajectory
 
 

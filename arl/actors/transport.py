@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from arl.learner.distributed import listen_on, rendezvous
-from arl.learner.model import torch_dtype
+from arl.model.causal_lm import torch_dtype
 
 
 @dataclass(frozen=True)

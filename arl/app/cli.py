@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
 def _train(args: argparse.Namespace) -> int:
     cfg = load_config(*split_config_args(args.config))
     from arl.app.train import LearnerFailed, NonFiniteError, Stopped, train
-    from arl.learner.checkpoint import CheckpointError
+    from arl.model.checkpoint.store import CheckpointError
 
     try:
         metrics = train(cfg)

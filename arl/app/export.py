@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import os
 
-from arl.app.run import resolve_checkpoint
 from arl.errors import UserError
+from arl.model.checkpoint.runs import resolve_checkpoint
 
 
 def export(checkpoint: str, out_dir: str, dtype: str = "float32") -> str:
     """Export the checkpoint `checkpoint` names (a run dir, checkpoints/latest, step_<n>)
     to `out_dir`; return a line saying where it went and how to load it."""
     path = resolve_checkpoint(checkpoint)
-    from arl.learner.checkpoint import MANIFEST_FILE
-    from arl.learner.export import export_checkpoint
+    from arl.model.checkpoint.export import export_checkpoint
+    from arl.model.checkpoint.store import MANIFEST_FILE
 
     if not os.path.isfile(os.path.join(path, MANIFEST_FILE)):
         raise UserError(f"{path} is a model folder already, not a checkpoint")

@@ -96,7 +96,7 @@ def items(cfg: Config, shape: ModelShape, prompt_tokens: int,
           machine: Machine | None = None) -> list[Item]:
     """Every memory item of the run (see the module docstring for the formulas)."""
     P, s = shape.params, shape
-    # With LoRA only the adapters have gradients and AdamW moments (learner/lora.py).
+    # With LoRA only the adapters have gradients and AdamW moments (arl/model/lora.py).
     trained = cfg.learner.lora.rank * s.lora_dims if cfg.learner.lora.rank else P
     what = "lora" if cfg.learner.lora.rank else "full"
     T = sequence_tokens(cfg, prompt_tokens)
@@ -270,9 +270,9 @@ def as_json(summary: dict) -> str:
 
 def run_plan(cfg: Config, args) -> int:
     """`arl plan`: the plan's table, then its JSON line; exit 1 if it does not fit."""
-    from arl.app.start_model import starting_model
+    from arl.model.source import local_folder
 
-    cfg.model.path = starting_model(cfg.model.path)
+    cfg.model.path = local_folder(cfg.model.path)
     shape = model_shape(cfg.model.path, cfg.learner.lora.target_modules)
     prompt = args.prompt_tokens if args.prompt_tokens else prompt_tokens(cfg)
     lines, summary, fits = report(cfg, shape, _machine(args), prompt)

@@ -13,12 +13,12 @@ from collections.abc import Callable
 
 import torch
 
-from arl.app.run import resolve_checkpoint
 from arl.envs import tictactoe_rules as rules
 from arl.envs.config import TicTacToeConfig
 from arl.envs.tictactoe import CHOOSE_SQUARE, make_tictactoe
 from arl.episode import ChatRenderer, parse_turn
-from arl.learner.model import token_logprobs
+from arl.model.causal_lm import token_logprobs
+from arl.model.checkpoint.runs import resolve_checkpoint
 from arl.tools import format_tool_call
 from arl.types import Message, SamplingParams, ToolCall
 
@@ -101,7 +101,7 @@ def _game_config(path: str) -> TicTacToeConfig:
     """The game as the checkpoint's run asked its moves: the board format, and each turn on
     the board alone where the run trained so (a one-move run in context board, or full
     games in context board); otherwise in one conversation."""
-    from arl.actors.evaluate import trained_env
+    from arl.model.checkpoint.runs import trained_env
 
     trained = trained_env(path)
     board_only = trained.get("context") == "board"

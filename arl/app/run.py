@@ -10,12 +10,9 @@ checkpoint exists): then metrics.jsonl keeps its rows before the checkpoint's st
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import re
-import shutil
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,12 +20,20 @@ from arl.app.plot import plot_run
 from arl.app.report import write_report
 from arl.app.sinks import JsonlLogger, WandbLogger
 from arl.config import Config, to_dict
-from arl.errors import UserError, one_line
-from arl.folders import mark, require_ours
-from arl.learner.checkpoint import MANIFEST_FILE, CheckpointError, verify_checkpoint
+from arl.errors import one_line
+from arl.files import mark, require_ours, write_atomic
 from arl.metrics import Metrics
-from arl.model_path import CACHE_PREFIX, arl_home, local_path
-from arl.pointer import LATEST_FILE, read_latest
+from arl.model.checkpoint.runs import (
+    checkpoint_step,
+    latest_checkpoint,
+    named_checkpoint,
+    newest_up_to,
+    prune,
+    remove_partial,
+    require_intact,
+    set_aside_after,
+)
+from arl.model_source import arl_home
 from arl.types import EpisodeSummary
 
 log = logging.getLogger(__name__)
@@ -72,9 +77,9 @@ class Run:
         if cfg.resume == "auto":
             self.resume_from = latest_checkpoint(folder)
         elif cfg.resume != "never":
-            self.resume_from = _named_checkpoint(folder, cfg.resume)
+            self.resume_from = named_checkpoint(folder, cfg.resume)
         if self.resume_from is not None:
-            _require_intact(self.resume_from)
+            require_intact(self.resume_from)
 
     def __enter__(self) -> Run:
         if self.resume_from is None:
@@ -84,10 +89,10 @@ class Run:
             mark(self.dir, "run")
         else:
             self.start_step = self.next_step = checkpoint_step(self.resume_from)
-            _set_aside_after(os.path.join(self.dir, "checkpoints"), self.start_step)
+            set_aside_after(os.path.join(self.dir, "checkpoints"), self.start_step)
             _keep_rows_before(self.metrics_path, self.start_step)
             _keep_rows_before(self.samples_path, self.start_step)
-            _remove_partial_checkpoints(os.path.join(self.dir, "checkpoints"))
+            remove_partial(os.path.join(self.dir, "checkpoints"))
         write_atomic(os.path.join(self.dir, "config.json"), json.dumps(to_dict(self.cfg),
                                                                       indent=2))
         return self
@@ -129,25 +134,12 @@ class Run:
     def prune_checkpoints(self, keep: int) -> list[str]:
         """Delete all but the newest `keep` checkpoints (0: keep all); the one `latest`
         names is always kept. Returns the deleted folders."""
-        folder = os.path.join(self.dir, "checkpoints")
-        steps = sorted(_step_folders(folder),
-                       key=lambda n: checkpoint_step(n))
-        pointed = read_latest(folder)
-        doomed = [n for n in steps[:-keep]] if keep else []
-        removed = []
-        for name in doomed:
-            if pointed is not None and pointed.name == name:
-                continue
-            shutil.rmtree(os.path.join(folder, name))
-            removed.append(os.path.join(folder, name))
-        return removed
+        return prune(os.path.join(self.dir, "checkpoints"), keep)
 
     def last_checkpoint(self) -> str | None:
         """The newest checkpoint of this run no later than the steps logged so far (one
         written just before a crash, with its step's metrics not yet logged, is not it)."""
-        folder = os.path.join(self.dir, "checkpoints")
-        steps = [n for n in _step_folders(folder) if checkpoint_step(n) <= self.next_step]
-        return os.path.join(folder, max(steps, key=checkpoint_step)) if steps else None
+        return newest_up_to(os.path.join(self.dir, "checkpoints"), self.next_step)
 
     def rewind(self, step: int) -> None:
         """Go back to just after `step` steps, to play the later ones again: metrics.jsonl
@@ -164,8 +156,8 @@ class Run:
         self._sinks = [JsonlLogger(self.metrics_path) if isinstance(sink, JsonlLogger)
                        else sink for sink in self._sinks]
         folder = os.path.join(self.dir, "checkpoints")
-        _remove_partial_checkpoints(folder)
-        _set_aside_after(folder, step)
+        remove_partial(folder)
+        set_aside_after(folder, step)
         if self._bar is not None:
             self._bar.reset(total=self.cfg.steps)
             self._bar.update(step)
@@ -227,21 +219,6 @@ def check_run_dir(cfg: Config) -> None:
         require_ours(run_dir(cfg), "run", "output_dir/run_name")
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write `text` to `path` by a rename, so a reader (or a crash) never meets half of it."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
-
-
 def _move_aside(path: str) -> None:
     if not os.path.exists(path):
         return
@@ -249,131 +226,6 @@ def _move_aside(path: str) -> None:
     while os.path.exists(f"{path}.prev-{k}"):
         k += 1
     os.rename(path, f"{path}.prev-{k}")
-
-
-_STEP_DIR = re.compile(r"step_(\d+)")
-
-
-def checkpoint_step(path: str) -> int:
-    """The step of a checkpoint folder `.../step_<n>`."""
-    return int(_STEP_DIR.fullmatch(os.path.basename(os.path.normpath(path))).group(1))
-
-
-def latest_checkpoint(directory: str) -> str | None:
-    """The checkpoint to resume from in `directory`, or None if there is none.
-
-    The `latest` pointer names it; a step_<n> folder newer than the pointer also counts
-    (a crash can fall between a checkpoint's rename and the pointer's update). Checkpoints
-    appear by an atomic rename once complete, so every step_<n> folder was complete when
-    written; `load_checkpoint` still verifies its hashes before anything is loaded."""
-    if not os.path.isdir(directory):
-        return None
-    steps = [os.path.join(directory, n) for n in _step_folders(directory)]
-    pointed = read_latest(directory)
-    if pointed is not None and _STEP_DIR.fullmatch(pointed.name):
-        steps.append(str(pointed))
-    return max(steps, key=checkpoint_step) if steps else None
-
-
-def resolve_checkpoint(path: str) -> str:
-    """The checkpoint (or model folder) `path` names: a checkpoint folder, a model folder,
-    a run directory or its `checkpoints/` (their newest checkpoint), a `latest` pointer
-    file, or a model arl built (`cache:<name>`, e.g. cache:tiny-warmstart). Raises UserError
-    saying what was found instead."""
-    if path.startswith(CACHE_PREFIX):
-        try:
-            path = local_path(path)
-        except ValueError as err:
-            raise UserError(str(err)) from None
-    if os.path.isfile(path) and os.path.basename(path) == LATEST_FILE:
-        pointed = read_latest(os.path.dirname(path) or ".")
-        if pointed is None:
-            raise UserError(f"{path} names no checkpoint next to it")
-        return str(pointed)
-    if not os.path.isdir(path):
-        raise UserError(f"no checkpoint, run directory or model folder at {path}")
-    found = checkpoint_under(path)
-    if found is not None:
-        return found
-    # A run directory has a config.json too (the run's); a model folder has weights.
-    if os.path.isfile(os.path.join(path, "config.json")) and any(
-            name.endswith((".safetensors", ".bin", ".gguf")) for name in os.listdir(path)):
-        return path
-    raise UserError(f"{path} holds no checkpoint (a run writes them to "
-                    "runs/<name>/checkpoints/step_<n>) and no model (config.json)")
-
-
-def checkpoint_under(folder: str) -> str | None:
-    """The checkpoint `folder` is, else the newest in its `checkpoints/` or in it (a run
-    directory, or a run's checkpoints/); None if there is none."""
-    if os.path.isfile(os.path.join(folder, MANIFEST_FILE)):
-        return folder
-    for candidate in (os.path.join(folder, "checkpoints"), folder):
-        found = latest_checkpoint(candidate)
-        if found is not None:
-            return found
-    return None
-
-
-def _named_checkpoint(folder: str, name: str) -> str:
-    """checkpoints/step_<n> for `resume=step_<n>` (any zero padding); UserError if absent."""
-    step = int(name[len("step_"):])
-    found = {checkpoint_step(n): n for n in _step_folders(folder)}
-    if step not in found:
-        have = ", ".join(found[k] for k in sorted(found)) or "none"
-        raise UserError(f"resume={name}: no checkpoint step_{step:06d} in {folder} "
-                        f"(there: {have})")
-    return os.path.join(folder, found[step])
-
-
-def _step_folders(folder: str) -> list[str]:
-    """The names of the step_<n> folders in `folder` (none if it does not exist)."""
-    if not os.path.isdir(folder):
-        return []
-    return [n for n in os.listdir(folder) if _STEP_DIR.fullmatch(n)]
-
-
-def _require_intact(path: str) -> None:
-    """Verify the checkpoint to resume from before anything starts. A bad one raises
-    CheckpointError: one line naming the bad file and the newest intact checkpoint."""
-    try:
-        verify_checkpoint(path)
-        return
-    except CheckpointError as err:
-        bad = str(err)
-    folder = os.path.dirname(path)
-    older = sorted((n for n in _step_folders(folder) if checkpoint_step(n) < checkpoint_step(
-        path)), key=checkpoint_step, reverse=True)
-    for name in older:
-        try:
-            verify_checkpoint(os.path.join(folder, name))
-        except CheckpointError:
-            continue
-        raise CheckpointError(f"{bad}; the newest intact checkpoint is "
-                              f"{os.path.join(folder, name)} (resume={name} continues from it)")
-    raise CheckpointError(f"{bad}; no older checkpoint is intact (resume=never starts over)")
-
-
-def _set_aside_after(folder: str, step: int) -> None:
-    """Rename the checkpoints later than `step` to step_<n>.aside[-k] (kept, never read
-    again), so that the resumed run writes its own."""
-    for name in _step_folders(folder):
-        if checkpoint_step(name) > step:
-            target, k = os.path.join(folder, f"{name}.aside"), 1
-            while os.path.exists(target):
-                k += 1
-                target = os.path.join(folder, f"{name}.aside-{k}")
-            os.rename(os.path.join(folder, name), target)
-            log.warning("resuming from step %d: %s set aside as %s", step, name, target)
-
-
-def _remove_partial_checkpoints(directory: str) -> None:
-    """Delete the temp folders (and pointer files) of checkpoint writes a crash cut short."""
-    for name in os.listdir(directory):
-        if name.startswith(".latest.tmp-"):
-            os.remove(os.path.join(directory, name))
-        elif name.startswith(".step_") and ".tmp-" in name:
-            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
 
 
 def _keep_rows_before(path: str, step: int) -> None:

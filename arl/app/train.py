@@ -20,9 +20,8 @@ import torch
 from arl.actors.cluster import Cluster
 from arl.actors.pipeline import AsyncRollouts
 from arl.actors.rollout_pool import RolloutBatch
-from arl.app.run import Run, check_run_dir, checkpoint_step, run_dir
+from arl.app.run import Run, check_run_dir, run_dir
 from arl.app.run_lock import RunLock
-from arl.app.start_model import starting_model
 from arl.app.step_metrics import StepDone, step_metrics
 from arl.app.stop import StopOnSignal, Stopped
 from arl.config import Config, ConfigError, require_extras
@@ -32,6 +31,8 @@ from arl.errors import LearnerLost
 from arl.evaluation import read_positions
 from arl.gspo import group_advantages, informative_groups
 from arl.metrics import Metrics
+from arl.model.checkpoint.runs import checkpoint_step
+from arl.model.source import local_folder
 from arl.steps import start_states, transcripts_wanted
 from arl.types import EpisodeSummary
 
@@ -68,7 +69,7 @@ def _train(cfg: Config, use_ray: bool) -> Metrics:
     # A GGUF model or another run's checkpoint becomes, once, a cached HF directory that
     # every worker loads.
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(
-        cfg.model, path=starting_model(cfg.model.path)))
+        cfg.model, path=local_folder(cfg.model.path)))
     positions = _read_positions(cfg)
     with Run(cfg) as run, Cluster(cfg, use_ray=use_ray) as cluster, StopOnSignal() as stop:
         resumed = cluster.load_checkpoint(run.resume_from) if run.resume_from else {}

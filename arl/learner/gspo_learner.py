@@ -31,7 +31,7 @@ the first mini-batch gets its own no_grad pass too: its weights are needed befor
 
 Precision: weights, gradients and AdamW state are fp32 whatever the rollout dtype.
 `learner.dtype` sets the compute dtype of the forward and backward: float32, or bfloat16 with
-the output head, log-softmax and log-ratios in fp32 (learner/model.py `compute_in`). Old and
+the output head, log-softmax and log-ratios in fp32 (arl/model/causal_lm.py `compute_in`). Old and
 new log-probs of a step come from the same computation, so the first mini-batch's ratios are
 exactly 1 in either dtype; later ones carry bf16 rounding noise, which bench/learner_dtype.py
 measures against the clip range. `export_weights` gives fp32 arrays;
@@ -53,13 +53,13 @@ from arl.dtypes import DTYPES
 from arl.dtypes import resolve as resolve_dtype
 from arl.learner import snapshot
 from arl.learner.backend import make_backend
-from arl.learner.checkpoint import LearnerState
 from arl.learner.collate import Batch, collate
 from arl.learner.data_parallel import DataParallel
-from arl.learner.lora import apply_lora
 from arl.learner.mini_batch import Forward, MiniResult, optimizer_step, token_means
-from arl.learner.model import load_model, set_torch_threads
 from arl.learner.optim import lr_factor
+from arl.model.causal_lm import load_model, set_torch_threads
+from arl.model.checkpoint.store import LearnerState
+from arl.model.lora import apply_lora
 from arl.types import Histogram, Trajectory
 
 
@@ -226,7 +226,7 @@ def _trainable_model(model_path: str, cfg: LearnerConfig, device: torch.device
         # 16 x 160 tokens, bf16 forward + backward took 13.3 s with it, 9.0 s eager (the
         # tiny model: 0.51 and 0.31 s, warmstart/sft.py); in fp32 the two are alike.
         model.set_attn_implementation("eager")
-    if cfg.lora.rank > 0:  # adapters only: AdamW state for them alone (learner/lora.py)
+    if cfg.lora.rank > 0:  # adapters only: AdamW state for them alone (arl/model/lora.py)
         model = apply_lora(model, cfg.lora)
     _require_no_dropout(model)
     model.train()

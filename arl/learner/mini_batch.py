@@ -13,7 +13,7 @@ from arl import gspo
 from arl.config import LearnerConfig
 from arl.learner.collate import Batch
 from arl.learner.data_parallel import DataParallel
-from arl.learner.model import compute_in, token_logprobs
+from arl.model.causal_lm import compute_in, token_logprobs
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class Forward:
                  compute_dtype: str = "float32", share_prefix: bool = False):
         self.backend, self.device, self.micro_batch_size = backend, device, micro_batch_size
         self.compute_dtype = compute_dtype  # of the matrix products (learner.dtype, resolved)
-        self.share_prefix = share_prefix  # one pass per distinct prompt (learner/model.py)
+        self.share_prefix = share_prefix  # one pass per distinct prompt (arl/model/causal_lm.py)
         self.filler: Batch | None = None  # one row of the current batch (`fill`)
 
     def logprobs(self, micro: Batch, temperature: float, with_entropy: bool = False

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from arl.learner.backend import Backend
-from arl.learner.checkpoint import LearnerState
+from arl.model.checkpoint.store import LearnerState
 
 
 def export_weights(backend: Backend) -> dict[str, np.ndarray]:

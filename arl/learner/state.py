@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from arl.learner.lora import is_lora, merged_state_dict
+from arl.model.lora import is_lora, merged_state_dict
 
 
 def hf_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -21,8 +21,8 @@ from arl.env_spec import resolve_env
 from arl.envs.config import MoveTaskConfig
 from arl.envs.registry import env_config
 from arl.errors import UserError
-from arl.folders import require_ours
-from arl.model_path import local_path
+from arl.files import require_ours
+from arl.model_source import local_path
 
 STAMP_FILE = "warmstart.json"
 
@@ -30,8 +30,8 @@ STAMP_FILE = "warmstart.json"
 def _stamp(cfg: Config) -> str:
     """What the cached model depends on: the warm-start settings, the env, the seed, and the
     tiny model's chat template."""
+    from arl.model.tiny import CHAT_TEMPLATE
     from arl.warmstart.demos import DATA_VERSION
-    from arl.warmstart.tiny import CHAT_TEMPLATE
 
     # The resolved compute dtype, not `auto`: a model trained in bf16 differs from one
     # trained in fp32, and the same config resolves differently on different CPUs.
@@ -74,10 +74,10 @@ def warmstart(cfg: Config, force: bool = False) -> dict[str, object]:
             return json.load(f)
 
     from arl.actors.evaluate import evaluate
-    from arl.learner.model import set_torch_threads
+    from arl.model.causal_lm import set_torch_threads
+    from arl.model.tiny import build_tiny_model, build_tokenizer, render_chat, save_model_dir
     from arl.warmstart.demos import corpus_texts
     from arl.warmstart.sft import supervised_finetune
-    from arl.warmstart.tiny import build_tiny_model, build_tokenizer, render_chat, save_model_dir
 
     set_torch_threads(os.cpu_count() or 1)
     compute = resolve_dtype(ws.compute_dtype)
@@ -118,19 +118,19 @@ def warmstart(cfg: Config, force: bool = False) -> dict[str, object]:
 
 def _pretrained(base: str):
     """(model in fp32, its tokenizer) of `warmstart.base` (a GGUF file is converted once)."""
-    from arl.learner.gguf import prepare_model
-    from arl.learner.model import load_model
+    from arl.model.causal_lm import load_model
+    from arl.model.source import local_folder
 
-    return load_model(prepare_model(base), "float32")
+    return load_model(local_folder(base), "float32")
 
 
 def _base_identity(base: str) -> dict[str, str]:
     """What names the base model's weights: the path as given, and a hash of the folder's
     config.json and weight files' names and sizes (a GGUF file's conversion folder also
     carries the file's sha256 in its name)."""
-    from arl.learner.gguf import prepare_model
+    from arl.model.source import local_folder
 
-    folder = prepare_model(base)
+    folder = local_folder(base)
     digest = hashlib.sha256()
     for name in sorted(os.listdir(folder)):
         if name == "config.json" or name.endswith(".safetensors"):

@@ -89,8 +89,8 @@ def test_bad_positions_and_opponents_are_refused_with_their_line(tmp_path):
 
 
 def _checkpoint(model_dir, path):
-    from arl.learner.checkpoint import LearnerState, model_folder_files, save_checkpoint
-    from arl.learner.model import load_model
+    from arl.model.causal_lm import load_model
+    from arl.model.checkpoint.store import LearnerState, model_folder_files, save_checkpoint
 
     model, _ = load_model(model_dir, "float32")
     params = {n: p.detach() for n, p in model.named_parameters()}

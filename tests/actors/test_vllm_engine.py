@@ -20,7 +20,7 @@ from arl.actors.engines.hf import HFEngine  # noqa: E402
 from arl.actors.engines.vllm import VLLMEngine  # noqa: E402
 from arl.envs.registry import env_config, make_env  # noqa: E402
 from arl.episode import ChatRenderer  # noqa: E402
-from arl.learner.model import load_model, token_logprobs  # noqa: E402
+from arl.model.causal_lm import load_model, token_logprobs  # noqa: E402
 from arl.protocols import RolloutEngine  # noqa: E402
 from arl.types import SamplingParams  # noqa: E402
 

@@ -10,9 +10,9 @@ import os
 import pytest
 
 from arl.app.cli import main
-from arl.app.run import resolve_checkpoint
 from arl.errors import UserError
-from arl.learner.checkpoint import MANIFEST_FILE, load_checkpoint, model_files
+from arl.model.checkpoint.runs import resolve_checkpoint
+from arl.model.checkpoint.store import MANIFEST_FILE, load_checkpoint, model_files
 from tests.builders import learner_checkpoint
 
 
@@ -58,7 +58,7 @@ def test_checkpoint_is_self_contained(run_dir, tmp_path, monkeypatch, capsys):
 def test_tampered_model_file_in_a_checkpoint_is_refused(run_dir, tmp_path):
     import shutil
 
-    from arl.learner.checkpoint import CheckpointError
+    from arl.model.checkpoint.store import CheckpointError
 
     copy = tmp_path / "step_000001"
     shutil.copytree(run_dir / "checkpoints" / "step_000001", copy)
@@ -134,11 +134,11 @@ def test_a_run_starts_from_another_runs_checkpoint(run_dir, warm_model_dir, tmp_
     import torch
     from transformers import AutoModelForCausalLM
 
-    from arl.app.start_model import starting_model
+    from arl.model.source import local_folder
 
     monkeypatch.setenv("ARL_HOME", str(tmp_path))
     ckpt = run_dir / "checkpoints" / "step_000001"
-    folder = starting_model(str(run_dir))
+    folder = local_folder(str(run_dir))
     assert folder.startswith(str(tmp_path / "models" / "checkpoints" / "myrun-step_000001-"))
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
     trained = load_checkpoint(ckpt).state.model
@@ -146,7 +146,7 @@ def test_a_run_starts_from_another_runs_checkpoint(run_dir, warm_model_dir, tmp_
         assert torch.equal(param, trained[name]), name
     written = os.path.getmtime(os.path.join(folder, "model.safetensors"))
     for given in (run_dir / "checkpoints", ckpt):  # the same checkpoint: the same folder
-        assert starting_model(str(given)) == folder
+        assert local_folder(str(given)) == folder
     assert os.path.getmtime(os.path.join(folder, "model.safetensors")) == written
-    assert starting_model(warm_model_dir) == os.path.abspath(warm_model_dir)
+    assert local_folder(warm_model_dir) == os.path.abspath(warm_model_dir)
     assert main(["plan", "configs/tictactoe_move.yaml", f"model.path={run_dir}"]) in (0, 1)

@@ -53,7 +53,7 @@ def test_doctor_never_prints_the_wandb_key(warm_model_dir, capsys, monkeypatch):
 
 
 def test_plan_counts_the_real_parameters_and_scales_with_the_knobs(warm_model_dir):
-    from arl.learner.model import load_model
+    from arl.model.causal_lm import load_model
 
     shape = model_shape(warm_model_dir)
     model, _ = load_model(warm_model_dir, "float32")
@@ -70,7 +70,7 @@ def test_plan_counts_the_real_parameters_and_scales_with_the_knobs(warm_model_di
     lora = load_config([CI], [f"model.path={warm_model_dir}", "learner.lora.rank=4"])
     lora_shape = model_shape(warm_model_dir, lora.learner.lora.target_modules)
     items_lora = {i.name: i.bytes for i in items(lora, lora_shape, 100)}
-    from arl.learner.lora import apply_lora
+    from arl.model.lora import apply_lora
 
     peft_model = apply_lora(model, lora.learner.lora)
     adapters = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)

@@ -92,7 +92,7 @@ def test_a_report_that_fails_to_draw_never_ends_the_run(tmp_path, warm_model_dir
 def test_config_json_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
     import os
 
-    from arl.app.run import write_atomic
+    from arl.files import write_atomic
 
     path = tmp_path / "config.json"
     write_atomic(str(path), '{"run_name": "old"}')

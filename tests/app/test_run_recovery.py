@@ -13,7 +13,7 @@ import pytest
 from arl.app.run import Run
 from arl.config import ConfigError, load_config
 from arl.errors import UserError
-from arl.learner.checkpoint import MODEL_FILE, CheckpointError
+from arl.model.checkpoint.store import MODEL_FILE, CheckpointError
 from tests.builders import CI, learner_checkpoint
 
 

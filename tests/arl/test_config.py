@@ -128,8 +128,8 @@ def test_vllm_engine_without_the_extra_names_it(warm_model_dir, tmp_path):
 def test_hub_models_are_named_with_a_revision_and_fail_clearly_without_a_hub(tmp_path,
                                                                             monkeypatch):
     from arl.errors import ModelUnavailable
-    from arl.learner.gguf import prepare_model
-    from arl.model_path import hub_model
+    from arl.model.source import local_folder
+    from arl.model_source import hub_model
 
     assert hub_model("hf:Qwen/Qwen2.5-0.5B-Instruct@7ae557604adf67be50417f59c2c2f167def9a775") \
         == ("Qwen/Qwen2.5-0.5B-Instruct", "7ae557604adf67be50417f59c2c2f167def9a775")
@@ -145,7 +145,7 @@ def test_hub_models_are_named_with_a_revision_and_fail_clearly_without_a_hub(tmp
     monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(ModelUnavailable, match="hf:Qwen/Qwen2.5-0.5B-Instruct@main"):
-        prepare_model("hf:Qwen/Qwen2.5-0.5B-Instruct@main")
+        local_folder("hf:Qwen/Qwen2.5-0.5B-Instruct@main")
 
 
 def test_a_path_that_names_nothing_is_never_a_download(tmp_path, monkeypatch):
@@ -154,7 +154,7 @@ def test_a_path_that_names_nothing_is_never_a_download(tmp_path, monkeypatch):
     import huggingface_hub
 
     from arl.errors import ModelUnavailable
-    from arl.learner.gguf import prepare_model
+    from arl.model.source import local_folder
 
     def no_download(*args, **kwargs):
         raise AssertionError("a missing path reached the hub loader")
@@ -163,7 +163,7 @@ def test_a_path_that_names_nothing_is_never_a_download(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for path in ("Qwen/Qwen2.5-0.5B-Instruct", "models/mine", "mine"):
         with pytest.raises(ModelUnavailable, match="no model folder at"):
-            prepare_model(path)
+            local_folder(path)
         with pytest.raises(ConfigError, match="no model folder at"):
             load_config([], [f"model.path={path}"])
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from arl.config import LearnerConfig
-from arl.learner.checkpoint import (
+from arl.learner.gspo_learner import GSPOLearner
+from arl.model.checkpoint.store import (
     DATA_FILES,
     MANIFEST_FILE,
     MODEL_FILE,
@@ -19,7 +20,6 @@ from arl.learner.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from arl.learner.gspo_learner import GSPOLearner
 from arl.types import Trajectory
 
 EXTRA = {"run_name": "t", "rollout_seed": 7, "nested": {"a": [1, 2.5, None]}}
@@ -160,8 +160,8 @@ def _tiny_state(step, skipped_in_row=0):
 
 
 def test_latest_pointer_names_the_newest_checkpoint_and_stays_in_its_directory(tmp_path):
-    from arl.app.run import latest_checkpoint
-    from arl.pointer import LATEST_FILE, read_latest
+    from arl.model.checkpoint.pointer import LATEST_FILE, read_latest
+    from arl.model.checkpoint.runs import latest_checkpoint
 
     root = tmp_path / "checkpoints"
     assert latest_checkpoint(str(root)) is None

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from arl.app.run import checkpoint_step, latest_checkpoint
-from arl.learner.checkpoint import load_checkpoint
-from arl.pointer import read_latest
+from arl.model.checkpoint.pointer import read_latest
+from arl.model.checkpoint.runs import checkpoint_step, latest_checkpoint
+from arl.model.checkpoint.store import load_checkpoint
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TRIALS = 20
@@ -23,7 +23,7 @@ TRIALS = 20
 WRITER = """
 import sys
 import torch
-from arl.learner.checkpoint import LearnerState, save_checkpoint
+from arl.model.checkpoint.store import LearnerState, save_checkpoint
 
 param = torch.nn.Parameter(torch.zeros(1_000_000))  # 4 MB weights + 8 MB AdamW moments
 optimizer = torch.optim.AdamW([param], lr=1e-3)

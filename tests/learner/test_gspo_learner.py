@@ -10,8 +10,8 @@ import torch
 from arl.config import LearnerConfig
 from arl.learner.collate import collate
 from arl.learner.gspo_learner import GSPOLearner
-from arl.learner.model import token_logprobs
 from arl.learner.optim import lr_factor
+from arl.model.causal_lm import token_logprobs
 from arl.types import Trajectory
 from tests.builders import (
     grouped_trajectories,

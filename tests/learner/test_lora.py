@@ -38,7 +38,7 @@ def test_only_adapters_train_and_the_optimizer_shrinks(tiny_model_dir):
 
 def test_engine_after_sync_matches_the_merged_model(tiny_model_dir):
     from arl.actors.engines.hf import HFEngine
-    from arl.learner.model import load_model, token_logprobs
+    from arl.model.causal_lm import load_model, token_logprobs
 
     learner = _learner(tiny_model_dir)
     for seed in range(2):
@@ -66,7 +66,7 @@ def test_engine_after_sync_matches_the_merged_model(tiny_model_dir):
 
 def test_a_lora_checkpoint_round_trips(tiny_model_dir, tmp_path):
     from arl.actors.evaluate import load_policy
-    from arl.learner.checkpoint import load_checkpoint, model_folder_files, save_checkpoint
+    from arl.model.checkpoint.store import load_checkpoint, model_folder_files, save_checkpoint
 
     learner = _learner(tiny_model_dir)
     learner.step(random_trajectories(8, 0), np.linspace(-1, 1, 8).astype(np.float32))

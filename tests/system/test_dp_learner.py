@@ -35,7 +35,7 @@ def _group(tiny_model_dir: str, world: int, backend: str = "torch", zero_stage: 
 
 
 def _initial(model_dir: str):
-    from arl.learner.model import load_model
+    from arl.model.causal_lm import load_model
 
     model, _ = load_model(model_dir, "float32")
     return model.state_dict()

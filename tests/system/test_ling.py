@@ -23,9 +23,9 @@ pytestmark = [
 def ling_model_dir(tmp_path_factory) -> str:
     """A tiny random bailing_hybrid model with a short supervised pass, so that its rollouts mix
     valid and invalid calls and the learner gets non-zero advantages."""
+    from arl.model.tiny import build_tiny_model, build_tokenizer, save_model_dir
     from arl.warmstart.demos import corpus_texts, warmstart_examples
     from arl.warmstart.sft import supervised_finetune
-    from arl.warmstart.tiny import build_tiny_model, build_tokenizer, save_model_dir
 
     tokenizer = build_tokenizer(corpus_texts(seed=0), 400)
     model = build_tiny_model(tokenizer, hidden_size=64, num_layers=2, num_heads=2, seed=0,
@@ -44,7 +44,7 @@ def ling_model_dir(tmp_path_factory) -> str:
 def test_tiny_ling_model_trains_on_ray(tmp_path, ling_model_dir):
     from safetensors.torch import load_file
 
-    from arl.learner.model import load_model
+    from arl.model.causal_lm import load_model
 
     cfg = ci_config(ling_model_dir, tmp_path, "rollout.group_size=8", "rollout.max_new_tokens=32")
     train(cfg, use_ray=True)

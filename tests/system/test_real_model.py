@@ -24,16 +24,17 @@ pytestmark = [
 
 
 def test_gguf_is_converted_once_and_reused(tmp_path, monkeypatch):
-    from arl.learner import gguf
+    from arl.model import gguf
+    from arl.model.source import local_folder
 
-    first = gguf.prepare_model(GGUF, cache=str(tmp_path))
+    first = local_folder(GGUF, cache=str(tmp_path))
     assert (tmp_path / first.rsplit("/", 1)[1] / "model.safetensors").is_file()
 
     def no_second_conversion(*args):
         raise AssertionError("converted again")
 
     monkeypatch.setattr(gguf, "_convert", no_second_conversion)
-    assert gguf.prepare_model(GGUF, cache=str(tmp_path)) == first
+    assert local_folder(GGUF, cache=str(tmp_path)) == first
 
 
 def test_a_format_warm_up_of_smollm2_then_gspo_steps(tmp_path):

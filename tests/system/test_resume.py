@@ -79,7 +79,7 @@ def test_kill_9_then_resume_auto_matches_an_uninterrupted_run(tmp_path, warm_mod
 
 
 def test_sigterm_saves_a_checkpoint_then_exits(tmp_path, warm_model_dir):
-    from arl.learner.checkpoint import load_checkpoint
+    from arl.model.checkpoint.store import load_checkpoint
 
     command = _command(warm_model_dir, tmp_path, "steps=500", "learner.checkpoint_every=0")
     proc = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,

@@ -74,8 +74,8 @@ def test_non_finite_steps_in_a_row_save_a_checkpoint_and_stop(tmp_path, warm_mod
     import torch
 
     import arl.app.train as driver
-    from arl.learner.checkpoint import load_checkpoint
-    from arl.learner.model import load_model
+    from arl.model.causal_lm import load_model
+    from arl.model.checkpoint.store import load_checkpoint
 
     def nan_advantages(rewards, eps):
         return torch.full_like(rewards, float("nan"))
@@ -124,7 +124,7 @@ def test_env_failures_mask_their_groups_and_the_run_goes_on(tmp_path, warm_model
 
 
 def test_resume_auto_continues_and_refuses_a_tampered_checkpoint(tmp_path, warm_model_dir):
-    from arl.learner.checkpoint import CheckpointError, load_checkpoint
+    from arl.model.checkpoint.store import CheckpointError, load_checkpoint
 
     whole = train(ci_config(warm_model_dir, tmp_path / "a", "steps=3"), use_ray=False)
     train(ci_config(warm_model_dir, tmp_path / "b", "steps=2", "learner.checkpoint_every=1",

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from arl.learner.optim import lr_factor
+from arl.model.tiny import IM_END, build_tiny_model, build_tokenizer, render_chat
 from arl.types import Message
 from arl.warmstart.sft import IGNORE, collate, encode_example, supervised_finetune
-from arl.warmstart.tiny import IM_END, build_tiny_model, build_tokenizer, render_chat
 from tests.builders import TOOL
 
 SYSTEM = "You play tic-tac-toe as X. Reply with one choose_square tool call."

@@ -11,10 +11,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import arl.learner.model as model_module
-from arl.learner.model import load_model, set_torch_threads, token_logprobs
-from arl.types import Message, ToolSchema
-from arl.warmstart.tiny import (
+import arl.model.causal_lm as model_module
+from arl.model.causal_lm import load_model, set_torch_threads, token_logprobs
+from arl.model.tiny import (
     IM_END,
     SPECIAL_TOKENS,
     TOOL_TOKENS,
@@ -23,6 +22,7 @@ from arl.warmstart.tiny import (
     render_chat,
     save_model_dir,
 )
+from arl.types import Message, ToolSchema
 from tests.builders import TOOL
 
 SYSTEM = Message("system", "You play tic-tac-toe as X. Reply with one choose_square tool call.")

@@ -29,7 +29,7 @@ from transformers.utils import logging as hf_logging
 from arl.actors.engines.stops import default_stop_ids
 from arl.actors.engines.weights import as_tensor, check_state, complete_tied, tied_groups
 from arl.dtypes import resolve as resolve_dtype
-from arl.learner.model import holds_plain_kv, one_row_each, prefix_split, torch_dtype
+from arl.model.causal_lm import holds_plain_kv, one_row_each, prefix_split, torch_dtype
 from arl.types import Generation, SamplingParams
 
 MAX_BATCH_SIZE = 64  # sequences decoded at once by default: what bounds the KV cache

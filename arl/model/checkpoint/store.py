@@ -42,7 +42,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from arl.errors import shown
-from arl.learner.checkpoint_files import (  # noqa: F401 (CheckpointError, sha256_file: callers')
+from arl.model.checkpoint.files import (  # noqa: F401 (CheckpointError, sha256_file: callers')
     MANIFEST_FILE,
     CheckpointError,
     fsync_dir,
@@ -54,7 +54,7 @@ from arl.learner.checkpoint_files import (  # noqa: F401 (CheckpointError, sha25
     verify_file,
     write_json,
 )
-from arl.pointer import write_latest
+from arl.model.checkpoint.pointer import write_latest
 
 FORMAT = 2
 READABLE_FORMATS = (1, 2)  # format 1: no hf/ folder (the model is the run's model.path)

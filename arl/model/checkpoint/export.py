@@ -13,9 +13,9 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from arl.config import LoraConfig
-from arl.folders import mark
-from arl.learner.checkpoint import CheckpointError, load_checkpoint, model_files
-from arl.learner.model import torch_dtype
+from arl.files import mark
+from arl.model.causal_lm import torch_dtype
+from arl.model.checkpoint.store import CheckpointError, load_checkpoint, model_files
 
 
 def export_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.PathLike,
@@ -24,7 +24,7 @@ def export_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.PathLike,
     model folder, weights in `dtype`; return it. Reads only what the checkpoint's manifest
     lists, every file checked against its sha256 (`load_checkpoint`, `model_files`): a
     file a checkpoint holds but does not list, or a symbolic link, never reaches the export.
-    The folder carries arl's marker (arl/folders.py). Raises CheckpointError for a
+    The folder carries arl's marker (arl/files.py). Raises CheckpointError for a
     checkpoint without its model files (format 1) or a bad file."""
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -67,7 +67,7 @@ def _lora_config(extra: dict, checkpoint: str | os.PathLike) -> LoraConfig:
 
 def _merged_lora(config, lora: LoraConfig, params: dict) -> dict:
     """HF weights of a LoRA checkpoint: its adapters put on a model of `config`, merged."""
-    from arl.learner.lora import apply_lora, merged_state_dict
+    from arl.model.lora import apply_lora, merged_state_dict
 
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     wrapped = apply_lora(model, lora)

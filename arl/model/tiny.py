@@ -47,7 +47,7 @@ from transformers import (
 )
 from transformers.utils.chat_template_utils import render_jinja_template
 
-from arl.folders import mark, require_ours
+from arl.files import mark, require_ours
 from arl.schema import ARCHITECTURES
 from arl.types import Message, ToolSchema
 
@@ -263,7 +263,7 @@ def save_model_dir(
     """Write a normal HF folder (config.json, generation_config.json, model.safetensors,
     tokenizer.json, tokenizer_config.json, chat_template.jinja) at `path`, with arl's marker
     of a warm-start folder, replacing a folder there only if arl made it (NotOurs, one line,
-    for any other: arl/folders.py). Atomic: the folder is written next to `path` and renamed
+    for any other: arl/files.py). Atomic: the folder is written next to `path` and renamed
     into place, so a crash leaves the old folder or the new one (or, between the two renames,
     none: the old one then waits in a hidden `.NAME.old-*` sibling), never half of one."""
     path = os.path.abspath(os.fspath(path))

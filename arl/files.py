@@ -1,4 +1,7 @@
-"""Folders arl made, and the rule that it replaces or clears no other.
+"""What arl does to files: it replaces or clears only folders it made, writes files whole or
+not at all, and names contents by their sha256.
+
+Folders arl made, and the rule that it replaces or clears no other.
 
 Every folder arl may later replace, clear or move aside (a warm start's output, an export, a
 run directory) carries a marker file, `.arl-folder`, that arl wrote when it made the folder
@@ -12,6 +15,8 @@ Folders written before markers existed are recognised by what they always held (
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 
@@ -62,3 +67,28 @@ def require_ours(path: str | os.PathLike, kind: str, key: str) -> None:
     raise NotOurs(f"{path} ({key}) is not a {kind} folder arl made (no {MARKER} marker in "
                   "it): arl replaces only its own folders; choose another path or move it "
                   "away yourself")
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write `text` to `path` by a rename, so a reader (or a crash) never meets half of it."""
+    path = os.fspath(path)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

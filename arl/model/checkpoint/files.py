@@ -1,7 +1,7 @@
 """The bytes of checkpoint files: read once, never through a symbolic link, checked against
 the manifest's size and sha256; written as JSON any parser reads; fsync'd.
 
-learner/checkpoint.py owns the checkpoint format and is the one module callers use; this is
+arl/model/checkpoint/store.py owns the checkpoint format and is the module callers use; this is
 its file layer.
 """
 
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from arl.errors import UserError
+from arl.files import sha256_file
 
 MANIFEST_FILE = "manifest.json"
 
@@ -117,15 +118,6 @@ def read_json(root: Path, name: str) -> dict[str, Any]:
 def write_json(path: Path, value: dict[str, Any]) -> None:
     # allow_nan=False: NaN is not JSON, and a checkpoint must be readable by any JSON parser.
     path.write_text(json.dumps(value, indent=1, sort_keys=True, allow_nan=False), encoding="utf-8")
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    """Hex sha256 of a file's bytes, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def fsync_file(path: Path) -> None:

@@ -1,7 +1,7 @@
 """GGUF files as ordinary HF model directories: convert once, cache, reuse.
 
 transformers reads a GGUF file (with the `gguf` package) and dequantizes it into a normal
-fp32 torch model. `prepare_model` saves that as safetensors plus the tokenizer in a cache
+fp32 torch model. `converted` saves that as safetensors plus the tokenizer in a cache
 directory named after the file and its sha256, so rollout engines and the learner load the
 same thing and a second run converts nothing. The directory appears by an atomic rename only
 after the saved model has been reloaded and gives the same logits as the GGUF one.
@@ -17,24 +17,16 @@ import tempfile
 import torch
 
 from arl.errors import ModelUnavailable
-from arl.folders import NotOurs
-from arl.learner.checkpoint import sha256_file
-from arl.model_path import HUB_PREFIX, cache_dir, hub_model, model_file
+from arl.files import NotOurs, sha256_file
+from arl.model_source import cache_dir
 
 MARKER = "arl_gguf.json"
 
 
-def prepare_model(path: str, cache: str | None = None) -> str:
-    """A local HF model directory (absolute) for `model.path`: the directory itself, the
-    cached conversion of a GGUF file (`path` may be `pkg:<dist>/<file>`; in `cache`, default
-    $ARL_HOME/models/gguf), or the downloaded snapshot of a hub model at its revision
-    (`hf:owner/name@revision`)."""
+def converted(source: str, cache: str | None = None) -> str:
+    """The HF model folder (absolute) converted from the GGUF file `source`, in `cache`
+    (default $ARL_HOME/models/gguf): converted the first time, found there later."""
     cache = cache or cache_dir("gguf")
-    source = model_file(path)
-    if os.path.isdir(source):
-        return os.path.abspath(source)
-    if source.startswith(HUB_PREFIX):
-        return _download(*hub_model(source))
     digest = sha256_file(source)
     stem = os.path.basename(source).removesuffix(".gguf")
     target = os.path.abspath(os.path.join(cache, f"{stem}-{digest[:12]}"))
@@ -54,23 +46,6 @@ def prepare_model(path: str, cache: str | None = None) -> str:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
-
-
-def _download(repo_id: str, revision: str) -> str:
-    """The hub model's safetensors, config and tokenizer at `revision`, in the local HF
-    cache (downloaded the first time; later runs find them there). Never pickled `.bin`
-    weights, never its Python files."""
-    from huggingface_hub import snapshot_download
-
-    try:
-        return snapshot_download(repo_id, revision=revision, allow_patterns=[
-            "*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken"])
-    except Exception as e:  # the hub client raises many kinds: offline, 404, auth, network
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ModelUnavailable(
-            f"model {HUB_PREFIX}{repo_id}@{revision} could not be downloaded from the hub "
-            f"({reason[:160]}); give a local model folder, a .gguf file or "
-            "pkg:<dist>/<file>") from None
 
 
 def _convert(source: str, out: str) -> None:
