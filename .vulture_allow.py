@@ -1,8 +1,9 @@
 # Names vulture (the dead-code check of `make lint`) cannot see being used: methods Ray calls by
 # name on actors, hooks that frameworks call, attributes set for their side effects, and
 # pytest's own conventions. Each line is a use of the name.
-from arl.actors import learner, rollout
 from arl import agent
+from arl.learner import worker as learner
+from arl.rollout import worker as rollout
 from arl.app import view
 
 learner.LearnerWorker.broadcast_weights  # called through ActorGroup.submit("broadcast_weights")
@@ -11,9 +12,9 @@ view.ReportHandler.do_GET  # http.server's request hook
 view.ReportHandler.log_message  # http.server's logging hook
 agent.parsed_turn  # the helper agent functions call (examples/env_agent.py)
 _.ENABLE_RAY_CLUSTER  # a Ray constant set for its effect (arl/actors/connect.py)
-_._timeout  # ProcessGroupNCCL options (arl/actors/transport.py)
-_._store  # kept alive with its process group (arl/actors/transport.py)
-_.rootRank  # BroadcastOptions (arl/actors/transport.py)
+_._timeout  # ProcessGroupNCCL options (arl/model/transport.py)
+_._store  # kept alive with its process group (arl/model/transport.py)
+_.rootRank  # BroadcastOptions (arl/model/transport.py)
 _.normalizer  # tokenizers' pipeline, set for its effect (arl/model/tiny.py)
 _.pre_tokenizer
 _.decoder

@@ -5,7 +5,7 @@
     async def run_agent(client: openai.AsyncOpenAI, task: AgentTask) -> float | AgentResult
 
 which drives any conversation with `await client.chat.completions.create(messages=...,
-tools=...)` and returns the episode's reward. The endpoint (actors/agent_endpoint.py, bound
+tools=...)` and returns the episode's reward. The endpoint (arl/rollout/agent_endpoint.py, bound
 to `rollout.endpoint_host`) belongs to that one episode: it samples with the run's policy and
 settings and records the exact tokens (arl/agent_record.py), so the learner trains on what was
 sampled, never on a re-tokenised conversation. Tool calls are parsed with arl's parser

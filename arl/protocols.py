@@ -1,6 +1,7 @@
 """Protocols at the seams: environments and rollout engines.
 
-Implementations live in `envs/` and `actors/engines/`; the core only depends on these shapes.
+Implementations live in `arl/envs/` and `arl/rollout/engines/`; the core only depends on these
+shapes.
 """
 
 from __future__ import annotations

@@ -222,7 +222,7 @@ class LearnerConfig:
 
 @dataclass
 class WeightSyncConfig:
-    """How new weights reach the rollout workers (actors/transport.py)."""
+    """How new weights reach the rollout workers (arl/model/transport.py)."""
 
     transport: str = opt("object_store", "object_store (one node), nccl (GPUs) or gloo (TCP, "
                          "CPUs)", choices=TRANSPORT_NAMES)
@@ -292,7 +292,7 @@ class WarmstartConfig:
 
 @dataclass
 class EvalConfig:
-    """Evaluation during training (actors/evaluate.py, the code `arl eval` runs)."""
+    """Evaluation during training (arl/rollout/evaluation.py, the code `arl eval` runs)."""
 
     every: int = opt(0, "steps between evaluations of the current weights (and after the "
                      "last step); 0: never", check="non_negative")

@@ -25,9 +25,9 @@ import time
 
 import ray
 
-from arl.actors.rollout import RolloutWorker
 from arl.config import load_config
 from arl.model_source import local_path
+from arl.rollout.worker import RolloutWorker
 from arl.steps import start_states
 
 

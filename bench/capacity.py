@@ -68,10 +68,9 @@ def build(args):
 
 
 def score(folder: str, env_cfg, seed: int) -> dict:
-    from arl.actors.evaluate import load_policy, score_positions, summarize
     from arl.envs.registry import make_env
     from arl.episode import ChatRenderer, run_episodes
-    from arl.evaluation import read_positions
+    from arl.rollout.evaluation import load_policy, read_positions, score_positions, summarize
     from arl.types import SamplingParams
 
     engine = load_policy(folder)

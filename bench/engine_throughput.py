@@ -16,10 +16,10 @@ import time
 
 import torch
 
-from arl.actors.engines.hf import HFEngine
 from arl.envs.registry import env_config, make_env
 from arl.episode import ChatRenderer
 from arl.model_source import local_path
+from arl.rollout.engines.hf import HFEngine
 from arl.types import SamplingParams
 
 MODEL = local_path(sys.argv[1] if len(sys.argv) > 1 else "cache:tiny-warmstart-board")

@@ -17,10 +17,10 @@ import json
 import torch
 from engine_throughput import tokens_per_s  # bench/ is on sys.path when run as a script
 
-from arl.actors.engines.hf import HFEngine
-from arl.actors.engines.vllm import VLLMEngine
 from arl.envs.registry import env_config, make_env
 from arl.episode import ChatRenderer
+from arl.rollout.engines.hf import HFEngine
+from arl.rollout.engines.vllm import VLLMEngine
 
 BATCHES = (8, 32, 64)
 

@@ -20,10 +20,10 @@ def main() -> None:
     if not torch.cuda.is_available():
         print("no CUDA GPU here: nothing to check")
         return
-    from arl.actors.engines.vllm import VLLMEngine
     from arl.envs.registry import env_config, make_env
     from arl.episode import ChatRenderer
     from arl.model.causal_lm import load_model
+    from arl.rollout.engines.vllm import VLLMEngine
     from arl.types import SamplingParams
 
     path = sys.argv[1] if len(sys.argv) > 1 else "cache:tiny-warmstart"

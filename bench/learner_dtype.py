@@ -31,11 +31,11 @@ import time
 
 import torch
 
-from arl.actors.engines.hf import HFEngine
 from arl.envs.registry import env_config, make_env
 from arl.episode import ChatRenderer
 from arl.model.causal_lm import compute_in, load_model, token_logprobs
 from arl.model.source import local_folder
+from arl.rollout.engines.hf import HFEngine
 from arl.types import SamplingParams
 
 NEW_TOKENS = 32

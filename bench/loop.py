@@ -44,13 +44,13 @@ import torch
 from flop_limit import matmul_peak, model_shape, step_flops
 from model_speed import step_prompts
 
-from arl.actors.engines.hf import HFEngine
 from arl.app.train import train
 from arl.config import Config, load_config
 from arl.episode import ChatRenderer
 from arl.learner.collate import right_pad
 from arl.model.causal_lm import load_model, token_logprobs
 from arl.model_source import local_path
+from arl.rollout.engines.hf import HFEngine
 from arl.types import SamplingParams, Trajectory
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 20

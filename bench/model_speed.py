@@ -37,7 +37,6 @@ import time
 import torch
 import torch.nn.functional as F
 
-from arl.actors.engines.hf import left_pad
 from arl.app.train import train
 from arl.config import Config, load_config
 from arl.envs.registry import make_env
@@ -46,6 +45,7 @@ from arl.learner.collate import right_pad
 from arl.model.causal_lm import load_model, set_torch_threads, torch_dtype
 from arl.model.source import local_folder
 from arl.model_source import local_path
+from arl.rollout.engines.hf import left_pad
 from arl.steps import start_states
 
 WARMUP = 2

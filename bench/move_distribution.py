@@ -25,13 +25,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from arl.actors.evaluate import load_policy  # noqa: E402
 from arl.envs import tictactoe_rules as rules  # noqa: E402
 from arl.envs.registry import env_config  # noqa: E402
 from arl.envs.tictactoe import CHOOSE_SQUARE  # noqa: E402
 from arl.envs.tictactoe_move import TicTacToeMoveEnv, move_outcome, outcome_reward  # noqa: E402
 from arl.episode import ChatRenderer  # noqa: E402
 from arl.model.checkpoint.runs import resolve_checkpoint  # noqa: E402
+from arl.rollout.evaluation import load_policy  # noqa: E402
 from arl.tools import format_tool_call  # noqa: E402
 from arl.types import ToolCall  # noqa: E402
 

@@ -91,7 +91,7 @@ class Sampler:
 
 
 def label(p: psutil.Process, me: psutil.Process) -> str:
-    """'driver', an actor's class (`ray::LearnerWorker`), or a daemon's name, with its pid."""
+    """'driver', an actor's class (`ray::LearnerActor`), or a daemon's name, with its pid."""
     if p.pid == me.pid:
         return "driver"
     args = p.cmdline()

@@ -115,8 +115,8 @@ def tiny_learner(model_dir: str, total_steps: int = 10, seed: int = 0, **overrid
 def learner_checkpoint(model_dir: str, path, lora: int = 0):
     """A real learner's checkpoint at PATH after one update (its weights differ from the
     model's), with the parts of a run's config that export and eval read."""
-    from arl.actors.learner import LearnerWorker
     from arl.config import LoraConfig, ModelConfig
+    from arl.learner.worker import LearnerWorker
 
     cfg = LearnerConfig(mini_batches=1, micro_batch_size=8, lr=1e-4,
                         lora=LoraConfig(rank=lora, alpha=8.0))

@@ -6,7 +6,7 @@ function) then scales apart from the inference engine. A runner plays a contiguo
 the worker's share of a step, built-in envs and agent functions alike (`play_starts`, the same
 code the worker runs itself with 0 runners), through `WorkerEngine`: a RolloutEngine whose
 `generate` asks the worker, which batches the requests of all its runners round by round
-(actors/round_barrier.py). The same seeds give the same trajectories with or without runners.
+(arl/rollout/round_barrier.py). The same seeds give the same trajectories with or without runners.
 
 A plain class, like the workers: the rollout pool hosts runners as Ray actors.
 """
@@ -14,38 +14,20 @@ A plain class, like the workers: the rollout pool hosts runners as Ray actors.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from arl.actors.agent_endpoint import play_agent_episodes
 from arl.actors.group import until_rebuilt
 from arl.actors.model_files import ShippedModel, local_model
-from arl.agent import AgentTask, resolve_agent
+from arl.agent import resolve_agent
 from arl.config import EnvConfig, ModelConfig, RolloutConfig
-from arl.env_spec import EnvContext, EnvSpec, resolve_env
-from arl.episode import ChatRenderer, run_episodes
+from arl.env_spec import resolve_env
+from arl.episode import ChatRenderer
 from arl.model.causal_lm import set_torch_threads
-from arl.protocols import RolloutEngine
+from arl.rollout.play import play_starts
 from arl.types import Generation, SamplingParams, Trajectory
 
 ENV_GROUP = "env"  # the rollout worker's concurrency group for its runners' requests
-
-
-def play_starts(engine: RolloutEngine, renderer: ChatRenderer, spec: EnvSpec,
-                agent: Callable | None, env_cfg: EnvConfig, starts: Sequence[tuple[int, int, int]],
-                params: SamplingParams, rollout: RolloutConfig,
-                opponent: Callable[[], Any]) -> list[Trajectory]:
-    """Play every (env seed, group id, index in group) of `starts` with the env `spec`, or
-    with the agent function `agent` where there is one; trajectories in order. `opponent()`
-    gives the self-play opponent of one episode (or None)."""
-    if agent is not None:
-        tasks = [AgentTask(s, g, i, env_cfg, max_turns=rollout.max_turns, opponent=opponent())
-                 for s, g, i in starts]
-        return play_agent_episodes(engine, renderer, agent, tasks, params, rollout.max_turns,
-                                   rollout.endpoint_host, rollout.episode_timeout_s)
-    envs = [(spec.make(env_cfg, EnvContext(i, opponent())), s, g) for s, g, i in starts]
-    return run_episodes(engine, renderer, envs, params, max_turns=rollout.max_turns,
-                        timeout_s=rollout.episode_timeout_s)
 
 
 class WorkerEngine:

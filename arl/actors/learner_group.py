@@ -16,11 +16,11 @@ import numpy as np
 import ray
 
 from arl.actors.group import ActorGroup
-from arl.actors.learner import LearnerWorker
+from arl.actors.learner import LearnerActor
 from arl.actors.model_files import ShippedModel
-from arl.actors.transport import Layout
 from arl.config import Config, to_dict
 from arl.errors import LearnerLost
+from arl.model.transport import Layout
 
 PROBE_TIMEOUT_S = 30.0  # how long a live learner may take to answer a probe
 
@@ -35,7 +35,7 @@ class LearnerGroup:
         self.cfg = cfg
         name = f"{cfg.run_name}-learner" + (f"-g{generation}" if generation else "")
         self.group = ActorGroup(
-            LearnerWorker,
+            LearnerActor,
             [(cfg.model, cfg.learner, cfg.steps, cfg.seed, cfg.rollout.temperature,
               cfg.learner.cpus, shipped)] * cfg.learner.num_workers,
             num_cpus=cfg.learner.cpus, num_gpus=cfg.learner.gpus,
@@ -112,7 +112,7 @@ class LearnerGroup:
         return self.get(self.group.submit_one(0, "rendezvous", ()))
 
     def join_sync(self, *args: Any) -> Any:
-        """Rank 0 joins a weight-sync group (actors/transport.py); returns the call's ref."""
+        """Rank 0 joins a weight-sync group (arl/model/transport.py); returns the call's ref."""
         return self.group.submit_one(0, "join_sync", args)
 
     def broadcast(self) -> list[Any]:

@@ -20,7 +20,7 @@ import ray
 from arl.actors.env_runner import ENV_GROUP, EnvRunner
 from arl.actors.group import ActorGroup, until_rebuilt
 from arl.actors.model_files import ShippedModel
-from arl.actors.rollout import RolloutWorker
+from arl.actors.rollout import RolloutActor
 from arl.config import Config
 from arl.types import EpisodeSummary
 
@@ -68,7 +68,7 @@ class RolloutPool:
         self.runners = _env_runners(cfg, use_ray, shipped)
         handles = self.runners.members if self.runners is not None else []
         self.group = ActorGroup(
-            RolloutWorker,
+            RolloutActor,
             [(cfg.model, r, cfg.env, r.cpus_per_worker, shipped,
               handles[w * r.env_actors:(w + 1) * r.env_actors]) for w in range(workers)],
             num_cpus=r.cpus_per_worker, num_gpus=r.gpus_per_worker,

@@ -1,5 +1,5 @@
 """Weight sync behind one interface: how a new policy version gets from the learner to every
-rollout worker (`weight_sync.transport`; the wire format is actors/transport.py's).
+rollout worker (`weight_sync.transport`; the wire format is arl/model/transport.py's).
 
 `ObjectStoreSync`: learner rank 0 exports the weights once per version, Ray puts them in the
 object store, and every rollout worker maps that one copy.

@@ -176,7 +176,7 @@ def _warmstart(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from arl.app.evaluate import run_eval
+    from arl.app.eval_command import run_eval
 
     return run_eval(args)
 

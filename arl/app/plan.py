@@ -103,7 +103,7 @@ def items(cfg: Config, shape: ModelShape, prompt_tokens: int,
     b = cfg.learner.micro_batch_size
     batch = cfg.rollout.groups_per_step * cfg.rollout.group_size
     workers = cfg.rollout.num_workers
-    from arl.actors.engines.hf import MAX_BATCH_SIZE  # what the HF engine decodes at once
+    from arl.rollout.engines.hf import MAX_BATCH_SIZE  # what the HF engine decodes at once
 
     per_worker = min(-(-batch // workers), MAX_BATCH_SIZE)
     dtype = DTYPE_BYTES[resolve_dtype(cfg.model.dtype, on_gpu=cfg.rollout.gpus_per_worker > 0)]

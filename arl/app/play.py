@@ -79,7 +79,7 @@ def play(checkpoint: str, you: str = "X", dtype: str = "auto",
          read: Callable[[str], str] = input,
          write: Callable[[str], None] = lambda s: print(s, end="", flush=True)) -> int:
     """One game, the person as `you` (X moves first). Returns 0 (also when they quit)."""
-    from arl.actors.evaluate import load_policy
+    from arl.rollout.evaluation import load_policy
 
     path = resolve_checkpoint(checkpoint)
     engine = load_policy(path, dtype)

@@ -28,11 +28,11 @@ from arl.config import Config, ConfigError, require_extras
 from arl.credit import turn_advantages
 from arl.env_spec import resolve_env
 from arl.errors import LearnerLost
-from arl.evaluation import read_positions
 from arl.gspo import group_advantages, informative_groups
 from arl.metrics import Metrics
 from arl.model.checkpoint.runs import checkpoint_step
 from arl.model.source import local_folder
+from arl.rollout.evaluation import read_positions
 from arl.steps import start_states, transcripts_wanted
 from arl.types import EpisodeSummary
 

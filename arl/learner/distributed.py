@@ -14,12 +14,12 @@ Plain torch, no Ray: actors/ decides which process is which rank.
 from __future__ import annotations
 
 import datetime
-import os
-import socket
 from collections.abc import Iterable
 
 import torch
 import torch.distributed as dist
+
+from arl.model.transport import listen_on, rendezvous
 
 
 def join(rank: int, world: int, address: str, port: int, device: torch.device,
@@ -34,66 +34,6 @@ def join(rank: int, world: int, address: str, port: int, device: torch.device,
     store = rendezvous(address, port, rank, world, timeout)
     listen_on(address)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
-
-
-def rendezvous(address: str, port: int, rank: int, world: int,
-               timeout: datetime.timedelta) -> dist.TCPStore:
-    """The group's key-value store: rank 0 hosts it on address:port (bound to `address`
-    alone: torch's own server would listen on every interface), the others connect."""
-    if rank != 0:
-        return dist.TCPStore(address, port, world, False, timeout)
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((address, port))
-        sock.listen(max(world, 16))
-        store = dist.TCPStore(address, port, world, True, timeout,
-                              master_listen_fd=sock.fileno())
-    except BaseException:
-        sock.close()
-        raise
-    sock.detach()  # the store's server owns the descriptor now
-    return store
-
-
-def listen_on(address: str) -> None:
-    """Make gloo and NCCL, created after this call in this process, listen on the network
-    interface that holds `address` (the node's address Ray uses: loopback on one machine),
-    unless GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME already say where."""
-    interface = interface_of(address)
-    if interface is not None:
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
-        os.environ.setdefault("NCCL_SOCKET_IFNAME", interface)
-
-
-def interface_of(address: str) -> str | None:
-    """The name of this machine's network interface that holds `address`, or None."""
-    import ipaddress
-
-    import psutil
-
-    try:
-        wanted = ipaddress.ip_address(address)
-    except ValueError:
-        return None
-    for name, addrs in psutil.net_if_addrs().items():
-        for addr in addrs:
-            try:
-                if ipaddress.ip_address(addr.address.split("%")[0]) == wanted:
-                    return name
-            except ValueError:
-                continue
-    return None
-
-
-def free_port(address: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on now at `address` (for a rendezvous this process will
-    host there)."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family) as probe:
-        probe.bind((address, 0))
-        return probe.getsockname()[1]
 
 
 def all_reduce_grads(params: Iterable[torch.Tensor]) -> None:

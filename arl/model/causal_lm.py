@@ -264,7 +264,7 @@ def _plain_kv_cache(model: torch.nn.Module):
     if not holds_plain_kv(cache):
         return None, ""
     params = inspect.signature(type(inner).forward).parameters
-    # transformers renamed `past_key_values` to `cache` (5.2x; as actors/engines/hf.py)
+    # transformers renamed `past_key_values` to `cache` (5.2x; as arl/rollout/engines/hf.py)
     return cache, "cache" if "cache" in params else "past_key_values"
 
 

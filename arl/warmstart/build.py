@@ -73,9 +73,9 @@ def warmstart(cfg: Config, force: bool = False) -> dict[str, object]:
         with open(os.path.join(out, STAMP_FILE), encoding="utf-8") as f:
             return json.load(f)
 
-    from arl.actors.evaluate import evaluate
     from arl.model.causal_lm import set_torch_threads
     from arl.model.tiny import build_tiny_model, build_tokenizer, render_chat, save_model_dir
+    from arl.rollout.evaluation import evaluate
     from arl.warmstart.demos import corpus_texts
     from arl.warmstart.sft import supervised_finetune
 

@@ -12,11 +12,11 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from arl.actors.engines.stops import end_of_turn_id
 from arl.episode import ChatRenderer
 from arl.learner.collate import right_pad
 from arl.learner.optim import lr_factor
 from arl.model.causal_lm import token_logprobs
+from arl.rollout.engines.stops import end_of_turn_id
 from arl.types import EnvReset, Message, ToolSchema
 
 IGNORE = -100  # label of tokens without loss (prompt, padding)

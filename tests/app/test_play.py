@@ -36,11 +36,11 @@ def test_quitting_mid_game(warm_model_dir):
 
 def test_a_game_asked_one_board_at_a_time_restarts_the_conversation(warm_model_dir):
     # A real engine whose replies are scripted (the lowest free square), so the game goes on.
-    from arl.actors.engines.hf import HFEngine
     from arl.app.play import HumanOpponent, _game
     from arl.envs.config import TicTacToeConfig
     from arl.envs.tictactoe import make_tictactoe
     from arl.episode import ChatRenderer
+    from arl.rollout.engines.hf import HFEngine
     from tests.builders import ScriptedEngine
 
     engine = HFEngine(warm_model_dir, dtype="float32")

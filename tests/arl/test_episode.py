@@ -7,9 +7,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from arl.actors.engines.hf import HFEngine
 from arl.envs.registry import env_config, make_env
 from arl.episode import ChatRenderer, parse_turn, run_episodes
+from arl.rollout.engines.hf import HFEngine
 from arl.types import Message, SamplingParams
 
 RETRY_GAME = env_config(name="tictactoe", opponent="random", invalid_action="retry", max_retries=2)
@@ -243,9 +243,9 @@ def test_non_finite_rewards_and_logprobs_fail_their_episode(warm_model_dir):
 
 
 def test_every_turn_is_recorded_with_its_span_reward_and_state(warm_model_dir):
-    from arl.actors.engines.hf import HFEngine
     from arl.envs.registry import env_config
     from arl.episode import ChatRenderer, run_episodes
+    from arl.rollout.engines.hf import HFEngine
     from arl.types import SamplingParams
 
     engine = HFEngine(warm_model_dir, dtype="float32")

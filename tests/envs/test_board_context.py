@@ -94,7 +94,7 @@ def test_every_turn_is_a_row_that_opens_with_its_own_prompt(tiny_model_dir):
 def test_perfect_play_in_board_context_draws_minimax(tiny_model_dir):
     from transformers import AutoTokenizer
 
-    from arl.actors.evaluate import play_games
+    from arl.rollout.evaluation import play_games
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     best = ScriptedEngine(tok, lambda board, agent: rules.best_moves(board, agent)[0])

@@ -37,8 +37,8 @@ def test_only_adapters_train_and_the_optimizer_shrinks(tiny_model_dir):
 
 
 def test_engine_after_sync_matches_the_merged_model(tiny_model_dir):
-    from arl.actors.engines.hf import HFEngine
     from arl.model.causal_lm import load_model, token_logprobs
+    from arl.rollout.engines.hf import HFEngine
 
     learner = _learner(tiny_model_dir)
     for seed in range(2):
@@ -65,8 +65,8 @@ def test_engine_after_sync_matches_the_merged_model(tiny_model_dir):
 
 
 def test_a_lora_checkpoint_round_trips(tiny_model_dir, tmp_path):
-    from arl.actors.evaluate import load_policy
     from arl.model.checkpoint.store import load_checkpoint, model_folder_files, save_checkpoint
+    from arl.rollout.evaluation import load_policy
 
     learner = _learner(tiny_model_dir)
     learner.step(random_trajectories(8, 0), np.linspace(-1, 1, 8).astype(np.float32))

@@ -19,14 +19,14 @@ def _trajectories(count: int, seed: int):
 
 def _group(tiny_model_dir: str, world: int, backend: str = "torch", zero_stage: int = 2):
     from arl.actors.group import ActorGroup
-    from arl.actors.learner import LearnerWorker
+    from arl.actors.learner import LearnerActor
 
     # lr large enough that two steps move every weight; 3 mini-batches of 13 over 39
     # sequences, micro-batches of 3: of 2 ranks, one gets 7 rows of each mini-batch (3
     # micro-batches) and the other 6 (2, plus a filler pass where the backend needs one).
     cfg = LearnerConfig(lr=1e-3, mini_batches=3, micro_batch_size=3, backend=backend,
                         zero_stage=zero_stage)
-    group = ActorGroup(LearnerWorker, [(ModelConfig(path=tiny_model_dir, dtype="float32"),
+    group = ActorGroup(LearnerActor, [(ModelConfig(path=tiny_model_dir, dtype="float32"),
                                         cfg, 10, 0, 1.0, 1)] * world, num_cpus=1)
     if world > 1:
         address, port = group.get(group.submit_one(0, "rendezvous", ()))

@@ -46,7 +46,7 @@ def test_learner_step_on_the_gpu_matches_the_cpu(warm_model_dir):
 @pytest.mark.vllm
 def test_vllm_engine_generates_on_the_gpu(warm_model_dir):
     pytest.importorskip("vllm")
-    from arl.actors.engines.vllm import VLLMEngine
+    from arl.rollout.engines.vllm import VLLMEngine
     from arl.types import SamplingParams
 
     engine = VLLMEngine(warm_model_dir, dtype="bfloat16", gpu_memory_utilization=0.2)

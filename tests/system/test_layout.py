@@ -8,10 +8,10 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# Bottom to top; a layer imports only itself and the layers before it (model and envs share a
-# level: neither imports the other). "arl" is the core: the modules directly in arl/.
-LAYERS = (("arl",), ("arl.model", "arl.envs"), ("arl.learner",), ("arl.actors",),
-          ("arl.warmstart",), ("arl.app",))
+# Bottom to top; a layer imports only itself and the layers before it (packages that share a
+# level never import each other). "arl" is the core: the modules directly in arl/.
+LAYERS = (("arl",), ("arl.model", "arl.envs"), ("arl.learner", "arl.rollout"),
+          ("arl.actors",), ("arl.warmstart",), ("arl.app",))
 PACKAGES = tuple(p for layer in LAYERS for p in layer)
 SUBPACKAGES = tuple(p for p in PACKAGES if p != "arl")
 HEAVY = ("ray", "vllm", "deepspeed", "wandb")

@@ -46,7 +46,7 @@ def _kill_learner(proc: subprocess.Popen, last: bool = False) -> None:
     found = []
     for child in psutil.Process(proc.pid).children(recursive=True):
         try:
-            if child.cmdline() and child.cmdline()[0].startswith("ray::LearnerWorker"):
+            if child.cmdline() and child.cmdline()[0].startswith("ray::LearnerActor"):
                 found.append(child)
         except psutil.NoSuchProcess:
             continue

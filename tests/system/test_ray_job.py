@@ -120,9 +120,9 @@ def test_two_node_config_places_actors_on_their_nodes(cluster_env):
     assert node_of["learner_node"] != node_of["rollout_node"]
     actors = _ray_list(cluster_env, "actors")
     placed = {a["class_name"]: a["node_id"] for a in actors
-              if a["class_name"] in ("RolloutWorker", "LearnerWorker")}
-    assert placed == {"RolloutWorker": node_of["rollout_node"],
-                      "LearnerWorker": node_of["learner_node"]}, actors
+              if a["class_name"] in ("RolloutActor", "LearnerActor")}
+    assert placed == {"RolloutActor": node_of["rollout_node"],
+                      "LearnerActor": node_of["learner_node"]}, actors
 
 
 def _ray_list(env: dict, what: str) -> list[dict]:

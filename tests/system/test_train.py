@@ -226,8 +226,8 @@ def test_hung_rollout_worker_is_replaced_after_timeout(tmp_path, warm_model_dir)
 def test_the_learner_never_trains_twice_on_an_episode(warm_model_dir):
     import numpy as np
 
-    from arl.actors.learner import LearnerWorker
-    from arl.actors.rollout import RolloutWorker
+    from arl.learner.worker import LearnerWorker
+    from arl.rollout.worker import RolloutWorker
 
     cfg = ci_config(warm_model_dir, "unused")
     rollout = RolloutWorker(cfg.model, cfg.rollout, cfg.env, 1)

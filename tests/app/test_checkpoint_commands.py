@@ -68,9 +68,9 @@ def test_tampered_model_file_in_a_checkpoint_is_refused(run_dir, tmp_path):
 
 
 def _greedy_squares(engine, n: int = 20) -> list:
-    from arl.actors.evaluate import _renderer
     from arl.envs.registry import env_config, make_env
     from arl.episode import run_episodes
+    from arl.rollout.evaluation import _renderer
     from arl.types import SamplingParams
 
     starts = [(make_env(env_config()), 500 + i, i) for i in range(n)]
@@ -84,8 +84,8 @@ def test_export_loads_with_transformers_and_plays_like_eval(lora, warm_model_dir
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from arl.actors.engines.hf import HFEngine
-    from arl.actors.evaluate import load_policy
+    from arl.rollout.engines.hf import HFEngine
+    from arl.rollout.evaluation import load_policy
 
     ckpt = learner_checkpoint(warm_model_dir, tmp_path / "run" / "checkpoints" / "step_000001",
                                lora=lora)

@@ -26,10 +26,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.utils import logging as hf_logging
 
-from arl.actors.engines.stops import default_stop_ids
-from arl.actors.engines.weights import as_tensor, check_state, complete_tied, tied_groups
 from arl.dtypes import resolve as resolve_dtype
 from arl.model.causal_lm import holds_plain_kv, one_row_each, prefix_split, torch_dtype
+from arl.rollout.engines.stops import default_stop_ids
+from arl.rollout.engines.weights import as_tensor, check_state, complete_tied, tied_groups
 from arl.types import Generation, SamplingParams
 
 MAX_BATCH_SIZE = 64  # sequences decoded at once by default: what bounds the KV cache

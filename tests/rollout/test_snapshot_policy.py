@@ -7,10 +7,10 @@ import random
 
 import numpy as np
 
-from arl.actors.snapshot_policy import SnapshotPolicy
 from arl.envs import tictactoe_rules as rules
 from arl.envs.game_env import position_prompt
 from arl.envs.registry import board_policy, env_config, game_spec
+from arl.rollout.snapshot_policy import SnapshotPolicy
 from arl.types import ToolCall
 
 

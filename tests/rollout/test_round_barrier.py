@@ -1,4 +1,4 @@
-"""actors/round_barrier.py with real threads: rounds sample every live part together, in part
+"""arl/rollout/round_barrier.py with real threads: rounds sample every live part together, in part
 order, and an abort wakes every waiter."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from arl.actors.round_barrier import RoundAborted, RoundBarrier
+from arl.rollout.round_barrier import RoundAborted, RoundBarrier
 from arl.types import Generation, SamplingParams
 
 PARAMS = SamplingParams(1.0, 1.0, 4, seed=0)

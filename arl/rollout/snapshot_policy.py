@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from arl.actors.engines.stops import end_of_turn_id
-from arl.actors.engines.weights import as_tensor, complete_tied, tied_groups
 from arl.episode import ChatRenderer
 from arl.model.causal_lm import load_model, token_logprobs
+from arl.rollout.engines.stops import end_of_turn_id
+from arl.rollout.engines.weights import as_tensor, complete_tied, tied_groups
 from arl.tools import format_tool_call
 from arl.types import EnvReset, ToolCall
 

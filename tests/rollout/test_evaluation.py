@@ -7,12 +7,17 @@ import json
 
 import pytest
 
-from arl.actors.evaluate import play_games, score_positions
 from arl.app.cli import main
 from arl.envs import tictactoe_rules as rules
 from arl.envs.opponents import parse_opponent
 from arl.envs.registry import TICTACTOE_MOVE, env_config
-from arl.evaluation import Rate, read_positions, wilson_interval
+from arl.rollout.evaluation import (
+    Rate,
+    play_games,
+    read_positions,
+    score_positions,
+    wilson_interval,
+)
 from arl.types import SamplingParams
 from tests.builders import ScriptedEngine
 

@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from arl.actors.engines.stops import default_stop_ids
-from arl.actors.engines.weights import as_tensor, check_state
 from arl.dtypes import resolve as resolve_dtype
+from arl.rollout.engines.stops import default_stop_ids
+from arl.rollout.engines.weights import as_tensor, check_state
 from arl.types import Generation, SamplingParams
 
 _INSTALL_HINT = (

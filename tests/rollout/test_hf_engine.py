@@ -15,9 +15,9 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import DynamicCache, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from arl.actors.engines import hf
-from arl.actors.engines.hf import HFEngine, _sample_inverse_cdf, _top_p_filter
 from arl.protocols import RolloutEngine
+from arl.rollout.engines import hf
+from arl.rollout.engines.hf import HFEngine, _sample_inverse_cdf, _top_p_filter
 from arl.types import SamplingParams
 
 VOCAB = 300

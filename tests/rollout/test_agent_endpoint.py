@@ -11,12 +11,12 @@ import numpy as np
 import openai
 import pytest
 
-from arl.actors.agent_endpoint import play_agent_episodes
-from arl.actors.engines.hf import HFEngine
 from arl.agent import AgentTask
 from arl.env_spec import EnvContext, resolve_env
 from arl.envs.registry import env_config
 from arl.episode import ChatRenderer, run_episodes
+from arl.rollout.agent_endpoint import play_agent_episodes
+from arl.rollout.engines.hf import HFEngine
 from arl.types import SamplingParams
 from examples.env_agent import run_agent as env_agent
 

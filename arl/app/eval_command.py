@@ -9,8 +9,8 @@ import json
 from arl.config import ConfigError, EnvConfig, load_config
 from arl.env_spec import resolve_env
 from arl.errors import UserError, shown
-from arl.evaluation import read_positions
 from arl.model.checkpoint.runs import resolve_checkpoint
+from arl.rollout.evaluation import read_positions
 from arl.types import SamplingParams
 
 
@@ -29,7 +29,7 @@ def run_eval(args: argparse.Namespace) -> int:
             played, env_cfg = spec.eval_game(env_cfg, opponent, "random")
         except ValueError as err:
             raise UserError(f"--opponent: {err}") from None
-    from arl.actors.evaluate import game_rates, load_policy, play, score_positions
+    from arl.rollout.evaluation import game_rates, load_policy, play, score_positions
 
     engine = load_policy(checkpoint, args.dtype)
     samples = args.samples or 1

@@ -1,2 +1,0 @@
-"""Rollout engines behind the RolloutEngine protocol (`actors.engines.registry` picks one
-by `rollout.engine`)."""

@@ -1,0 +1,2 @@
+"""Rollout engines behind the RolloutEngine protocol (`arl.rollout.engines.registry` picks one
+by `rollout.engine`)."""
