@@ -4,7 +4,7 @@
 # torch: on a machine without an NVIDIA GPU we install the CPU build explicitly (a bare
 # `torch` requirement resolves to a multi-GB CUDA build). Override TORCH_SPEC / TORCH_INDEX
 # for other machines, e.g. TORCH_INDEX=https://download.pytorch.org/whl/cpu.
-# DeepSpeed (learner.backend=deepspeed) installs without prebuilt ops (DS_BUILD_OPS=0): the
+# DeepSpeed (learner.resources.backend=deepspeed) installs without prebuilt ops (DS_BUILD_OPS=0): the
 # one op it needs on a CPU is compiled at first use (about 40 s, cached).
 
 PYTHON ?= python3

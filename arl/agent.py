@@ -63,7 +63,7 @@ class AgentResult:
 
     reward        the episode's reward (what GSPO's group advantage normalises)
     outcome       how it ended, as an arl env reports it (rollout/outcome_* metrics)
-    turn_rewards  one per completion, in order, for turn-level credit (learner.advantage:
+    turn_rewards  one per completion, in order, for turn-level credit (learner.advantage.level:
                   turn); () puts the whole reward on the last completion
     turn_states   one name per completion (EnvStep.turn_state), or ()
     metrics       the agent's own numbers, logged as `agent/<name>` (mean over episodes)

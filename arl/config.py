@@ -18,7 +18,14 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-from arl.config_sources import MISSING, first_key, load_yaml, parse_override, select
+from arl.config_sources import (
+    MISSING,
+    check_moved,
+    first_key,
+    load_yaml,
+    parse_override,
+    select,
+)
 from arl.config_values import (  # noqa: F401 (is_loopback, recorded_env: from here)
     check_hosts,
     check_plain,
@@ -77,6 +84,7 @@ def load_config(
     merged = OmegaConf.structured(Config)
     merged.env = OmegaConf.structured(spec.config)
     for i, (source, node) in enumerate(sources):
+        check_moved(source, node)
         if i >= len(paths):  # an override: it may only set a key the schema has
             key = source.split("=", 1)[0].strip()
             if select(merged, key) is MISSING:
@@ -144,9 +152,19 @@ def keys(cls: type = None, prefix: str = "", env: type = EnvConfig) -> list[str]
 
 
 def did_you_mean(key: str, env: type = EnvConfig) -> str:
-    """"; did you mean 'x.y'?" for the closest schema key, or "" if none is close."""
-    close = difflib.get_close_matches(key, keys(env=env), n=1, cutoff=0.6)
-    return f"; did you mean '{close[0]}'?" if close else ""
+    """"; did you mean 'x.y'?" for the closest schema key, or "" if none is close: the key
+    as typed against every key, or its last name against the last names of its section's keys
+    (`learner.lrr` finds `learner.optim.lr`)."""
+
+    def score(known: str) -> float:
+        whole = difflib.SequenceMatcher(None, key, known).ratio()
+        if known.split(".")[0] != key.split(".")[0]:
+            return whole
+        last = difflib.SequenceMatcher(None, key.rsplit(".", 1)[-1], known.rsplit(".", 1)[-1])
+        return max(whole, last.ratio())
+
+    best = max(keys(env=env), key=score)
+    return f"; did you mean '{best}'?" if score(best) >= 0.6 else ""
 
 
 def field_info(key: str, env: type = EnvConfig) -> tuple[dataclasses.Field, Any]:
@@ -236,7 +254,7 @@ def _check_rollout(cfg: Config) -> None:
     if r.gpus_per_worker > 0 and r.engine != "vllm":
         raise ConfigError("rollout.gpus_per_worker", "the hf engine runs on the CPU; GPU "
                           "rollout workers need rollout.engine=vllm")
-    for key in ("rollout.resources", "learner.resources"):
+    for key in ("rollout.resources", "learner.resources.custom"):
         for name, amount in _get(cfg, key).items():
             if name in ("CPU", "GPU", "memory", "object_store_memory"):
                 raise ConfigError(f"{key}.{name}", "a built-in Ray resource: use the cpus and "
@@ -246,38 +264,42 @@ def _check_rollout(cfg: Config) -> None:
     if cfg.weight_sync.transport != "object_store" and cfg.mode != "sync":
         raise ConfigError("weight_sync.transport", "a collective weight sync needs mode=sync "
                           "(every worker joins each broadcast); use object_store with async")
-    if cfg.weight_sync.transport == "nccl" and not (cfg.learner.gpus > 0
+    if cfg.weight_sync.transport == "nccl" and not (cfg.learner.resources.gpus > 0
                                                     and r.gpus_per_worker > 0):
         raise ConfigError("weight_sync.transport", "nccl moves weights between GPUs: it needs "
-                          "learner.gpus > 0 and rollout.gpus_per_worker > 0 (gloo for CPUs)")
+                          "learner.resources.gpus > 0 and rollout.gpus_per_worker > 0 (gloo "
+                          "for CPUs)")
 
 
 def _check_learner(cfg: Config) -> None:
-    lr = cfg.learner
-    if lr.advantage == "turn" and lr.loss == "gspo":
-        raise ConfigError("learner.advantage", "turn-level advantages differ along a sequence; "
-                          "GSPO's one ratio per sequence cannot weigh them: use learner.loss="
-                          "gspo_token (or grpo)")
-    if 0 < lr.negative_odds_cap < 1:
-        raise ConfigError("learner.negative_odds_cap", "must be 0 (off) or >= 1: the weight "
-                          "of a negative advantage is its reply's odds, at least 1")
-    if lr.lora.rank and not lr.lora.alpha > 0:
+    learner, loss = cfg.learner, cfg.learner.loss
+    if learner.advantage.level == "turn" and loss.name == "gspo":
+        raise ConfigError("learner.advantage.level", "turn-level advantages differ along a "
+                          "sequence; GSPO's one ratio per sequence cannot weigh them: use "
+                          "learner.loss.name=gspo_token (or grpo)")
+    if 0 < loss.negative_odds_cap < 1:
+        raise ConfigError("learner.loss.negative_odds_cap", "must be 0 (off) or >= 1: the "
+                          "weight of a negative advantage is its reply's odds, at least 1")
+    lora, resources = learner.lora, learner.resources
+    if lora.rank and not lora.alpha > 0:
         raise ConfigError("learner.lora.alpha", "must be > 0")
-    if lr.lora.rank and not lr.lora.target_modules:
+    if lora.rank and not lora.target_modules:
         raise ConfigError("learner.lora.target_modules", "name at least one module")
-    if lr.zero_stage not in (1, 2, 3):
-        raise ConfigError("learner.zero_stage", f"must be 1, 2 or 3, got {lr.zero_stage!r}")
-    if lr.backend == "deepspeed" and lr.zero_stage == 3 and lr.lora.rank:
-        raise ConfigError("learner.lora.rank", "LoRA with DeepSpeed needs learner.zero_stage "
-                          "<= 2: merging adapters needs whole base weights")
-    if lr.old_logprobs == "sampler" and (cfg.mode != "sync" or lr.behaviour_is_cap > 0):
-        raise ConfigError("learner.old_logprobs", "sampler needs mode=sync and no "
-                          "learner.behaviour_is_cap: the sampler's log-probs then are the "
-                          "policy at the step's start, up to the engine's numerics")
+    if resources.zero_stage not in (1, 2, 3):
+        raise ConfigError("learner.resources.zero_stage",
+                          f"must be 1, 2 or 3, got {resources.zero_stage!r}")
+    if resources.backend == "deepspeed" and resources.zero_stage == 3 and lora.rank:
+        raise ConfigError("learner.lora.rank", "LoRA with DeepSpeed needs "
+                          "learner.resources.zero_stage <= 2: merging adapters needs whole "
+                          "base weights")
+    if loss.old_logprobs == "sampler" and (cfg.mode != "sync" or loss.behaviour_is_cap > 0):
+        raise ConfigError("learner.loss.old_logprobs", "sampler needs mode=sync and no "
+                          "learner.loss.behaviour_is_cap: the sampler's log-probs then are "
+                          "the policy at the step's start, up to the engine's numerics")
     batch = cfg.rollout.groups_per_step * cfg.rollout.group_size
-    if batch % lr.mini_batches:
+    if batch % learner.optim.mini_batches:
         raise ConfigError(
-            "learner.mini_batches",
+            "learner.optim.mini_batches",
             f"must divide the batch of {batch} trajectories (groups_per_step * group_size)",
         )
 
@@ -325,12 +347,13 @@ def check_warmstart_base(cfg: Config) -> None:
 
 
 def require_extras(cfg: Config) -> None:
-    """Raise ConfigError naming the extra when `rollout.engine` or `learner.backend` is not
-    installed here (checked by `arl train` before Ray starts; `arl plan` and `arl doctor` do
-    not need them)."""
-    if cfg.learner.backend == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
-        raise ConfigError("learner.backend", "deepspeed is not installed: `DS_BUILD_OPS=0 pip "
-                          "install -e '.[deepspeed]'`")
+    """Raise ConfigError naming the extra when `rollout.engine` or
+    `learner.resources.backend` is not installed here (checked by `arl train` before Ray
+    starts; `arl plan` and `arl doctor` do not need them)."""
+    if (cfg.learner.resources.backend == "deepspeed"
+            and importlib.util.find_spec("deepspeed") is None):
+        raise ConfigError("learner.resources.backend", "deepspeed is not installed: "
+                          "`DS_BUILD_OPS=0 pip install -e '.[deepspeed]'`")
     if cfg.env.agent and importlib.util.find_spec("openai") is None:
         raise ConfigError("env.agent", "agent functions get an openai client: `pip install "
                           "-e '.[agent]'`")

@@ -4,6 +4,7 @@ merges and validates them)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from typing import Any
@@ -23,7 +24,7 @@ def parse_override(item: str) -> Any:
 
     key = item.split("=", 1)[0]
     if not _KEY.fullmatch(key.strip()):
-        raise ConfigError(key, "not a config key: dotted names such as learner.lr")
+        raise ConfigError(key, "not a config key: dotted names such as learner.optim.lr")
     try:
         return OmegaConf.from_dotlist([item])
     except (yaml.YAMLError, OmegaConfBaseException, ValueError, TypeError, IndexError) as err:
@@ -75,3 +76,24 @@ def first_key(node: Any) -> str:
         parts.append(str(name))
         node = node._get_node(name)
     return ".".join(parts) or "<unknown>"
+
+
+def check_moved(source: str, node: Any) -> None:
+    """ConfigError at the first key of `node` (a file or an override, named `source`) that
+    the schema has moved (`MOVED_KEYS`), naming its new place."""
+    from arl.schema_learner import LEARNER_SECTIONS, MOVED_KEYS, LearnerResources
+
+    learner = select(node, "learner")
+    if not isinstance(learner, DictConfig):
+        return
+    for old, new in MOVED_KEYS.items():
+        value = select(node, old)
+        if value is not MISSING and not isinstance(value, DictConfig):
+            raise ConfigError(old, f"moved to {new} (the learner's keys are in sections: "
+                              f"{', '.join(LEARNER_SECTIONS)}; from {source})")
+    custom = select(node, "learner.resources")
+    own = {f.name for f in dataclasses.fields(LearnerResources)}
+    for name in custom if isinstance(custom, DictConfig) else ():
+        if name not in own:
+            raise ConfigError(f"learner.resources.{name}", "custom Ray resources moved to "
+                              f"learner.resources.custom.{name} (from {source})")

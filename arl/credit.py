@@ -1,4 +1,4 @@
-"""Turn-level credit assignment for multi-turn episodes (`learner.advantage: turn`).
+"""Turn-level credit assignment for multi-turn episodes (`learner.advantage.level: turn`).
 
 Episode-level GSPO gives every token of an episode one advantage, so in a five-move game the
 move that lost it and the four good ones are pushed alike. With per-turn rewards from the env

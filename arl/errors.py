@@ -30,7 +30,8 @@ class ModelUnavailable(UserError, FileNotFoundError):
 
 class LearnerLost(RuntimeError):
     """A learner actor died (its process ended: an OOM kill, a segfault, a lost node). The
-    driver rebuilds the learner group from the last checkpoint (`learner.max_restarts`)."""
+    driver rebuilds the learner group from the last checkpoint
+    (`learner.checkpoint.max_restarts`)."""
 
 
 def one_line(text: str, limit: int = LINE_CHARS) -> str:

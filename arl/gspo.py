@@ -303,6 +303,6 @@ def diagnostics(outputs: Sequence[LossOutput],
 
 LossFn = Callable[[Tensor, Tensor, Tensor, Tensor, float, float, int], LossOutput]
 
-# The losses `learner.loss` names (arl/schema.py: LOSS_NAMES lists the same, in this order).
+# The losses `learner.loss.name` names (arl/schema_learner.py: LOSS_NAMES lists the same, in order).
 LOSSES: dict[str, LossFn] = dict(zip(LOSS_NAMES, (gspo_loss, gspo_token_loss, grpo_loss),
                                      strict=True))

@@ -4,47 +4,24 @@ them). `arl.config` loads, merges and validates; import the sections from there.
 
 from __future__ import annotations
 
-import copy
-import re
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-from arl.credit import SCOPES as STEP_GROUP_SCOPES
 from arl.dtypes import DTYPES
+from arl.schema_fields import CHECKS, opt, section  # noqa: F401 (envs' configs take them here)
+from arl.schema_learner import (  # noqa: F401 (the learner's sections are imported from here)
+    LOSS_NAMES,
+    MOVED_KEYS,
+    AdvantageConfig,
+    CheckpointConfig,
+    ComputeConfig,
+    LearnerConfig,
+    LearnerResources,
+    LoraConfig,
+    LossConfig,
+    OptimConfig,
+)
 
-
-def opt(default: Any, help: str, *, choices: tuple[str, ...] | None = None,
-        check: str | None = None, code: bool = False) -> Any:
-    """A config field: its default, one line of help, and the values it allows (`choices`,
-    or `check`: positive | non_negative | fraction | share, see `CHECKS`). `arl config show`
-    prints all three; `validate` enforces them. `code`: the value names code that arl
-    imports (`package.module:attr`), so a config from elsewhere (a checkpoint's) may not set
-    it (`arl.config.recorded_env`)."""
-    meta = {"help": help, "choices": choices, "check": check, "code": code}
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-def section(cls: type, help: str) -> Any:
-    """A nested config section."""
-    return field(default_factory=cls, metadata={"help": help})
-
-
-# check name -> (test, what it allows, as `arl config show` and errors say it)
-CHECKS: dict[str, tuple[Any, str]] = {
-    "positive": (lambda v: v > 0, "> 0"),
-    "non_negative": (lambda v: v >= 0, ">= 0"),
-    "fraction": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "share": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "resume": (lambda v: v in ("never", "auto") or re.fullmatch(r"step_\d+", v) is not None,
-               "never, auto or step_<n>"),
-    "name": (lambda v: re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+=@-]{0,99}", v) is not None,
-             "a plain name: 1-100 letters, digits and _ . + = @ -, not starting with . or -"),
-}
-LOSS_NAMES = ("gspo", "gspo_token", "grpo")
 ENGINE_NAMES = ("hf", "vllm")
-BACKEND_NAMES = ("torch", "deepspeed")
 TRANSPORT_NAMES = ("object_store", "nccl", "gloo")
 PLACEMENTS = ("none", "pack", "spread", "strict_pack", "strict_spread")
 ARCHITECTURES = ("qwen2", "bailing_hybrid")
@@ -133,91 +110,6 @@ class RolloutConfig:
     endpoint_host: str = opt("127.0.0.1", "where agent functions' chat endpoints listen "
                              "(env.agent); they serve this worker's own agents only")
     vllm: VllmConfig = section(VllmConfig, "the vllm engine")
-
-
-@dataclass
-class LoraConfig:
-    rank: int = opt(0, "0: full fine-tuning; > 0: train LoRA adapters of this rank (peft)",
-                    check="non_negative")
-    alpha: float = opt(16.0, "adapter scale = alpha / rank")
-    target_modules: list[str] = opt(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                     "up_proj", "down_proj"], "modules that get adapters")
-
-
-@dataclass
-class LearnerConfig:
-    loss: str = opt("gspo", "the policy loss (grpo: token-level, for comparisons)",
-                    choices=LOSS_NAMES)
-    lr: float = opt(1e-4, "AdamW learning rate", check="positive")
-    dtype: str = opt("float32", "matrix products in bfloat16 (fp32 weights, AdamW state, output "
-                     "head and log-ratios) or float32; auto: bfloat16 where the GPU or CPU "
-                     "computes it natively", choices=DTYPES)
-    lr_schedule: str = opt("constant", "cosine decays to 0 at the last step",
-                           choices=("constant", "cosine"))
-    warmup_steps: int = opt(0, "linear warmup, in learner steps", check="non_negative")
-    weight_decay: float = opt(0.0, "AdamW weight decay", check="non_negative")
-    grad_clip: float = opt(1.0, "gradient-norm clip", check="positive")
-    mini_batches: int = opt(4, "optimizer steps per rollout batch (GSPO paper: 4)",
-                            check="positive")
-    micro_batch_size: int = opt(16, "sequences per forward/backward", check="positive")
-    clip_low: float = opt(3e-4, "GSPO's lower clip epsilon (paper: 3e-4)", check="positive")
-    clip_high: float = opt(4e-4, "GSPO's upper clip epsilon (paper: 4e-4)", check="positive")
-    advantage_eps: float = opt(1e-6, "added to the group std", check="positive")
-    num_workers: int = opt(1, "data-parallel learner actors (M)", check="positive")
-    backend: str = opt("torch", "who applies updates: torch, or deepspeed (the extra)",
-                       choices=BACKEND_NAMES)
-    zero_stage: int = opt(2, "backend=deepspeed: ZeRO stage 1 (AdamW state), 2 (+ gradients) "
-                          "or 3 (+ weights)")
-    cpus: int = opt(1, "Ray CPUs (and torch threads) per learner", check="positive")
-    gpus: float = opt(0.0, "Ray GPUs per learner; > 0 trains on the GPU; a fraction shares one",
-                      check="non_negative")
-    resources: dict[str, float] = opt({}, "custom Ray resources per learner (see rollout)")
-    checkpoint_every: int = opt(100, "steps between checkpoints; 0: only at the end",
-                                check="non_negative")
-    keep_checkpoints: int = opt(0, "keep only the newest k checkpoints; 0: keep all",
-                                check="non_negative")
-    max_nonfinite_in_row: int = opt(8, "skipped (NaN/inf) optimizer steps in a row before the "
-                                    "run stops", check="positive")
-    behaviour_is_cap: float = opt(0.0, "> 0: weight advantages by min(behaviour IS ratio, cap)",
-                                  check="non_negative")
-    old_logprobs: str = opt("learner", "the clip's anchor for mini-batches after the first: "
-                            "learner (a no-grad pass at the step's start) or sampler (the "
-                            "engine's own log-probs: no pass, but the engine's numerics enter "
-                            "every ratio; sync mode)", choices=("learner", "sampler"))
-    advantage: str = opt("episode", "episode: one advantage per episode (GSPO); turn: one per "
-                         "model turn from per-turn rewards and step-level groups (arl/credit.py;"
-                         " needs loss gspo_token or grpo)", choices=("episode", "turn"))
-    step_advantage_weight: float = opt(1.0, "advantage=turn: weight of the step-level term",
-                                       check="non_negative")
-    turn_discount: float = opt(1.0, "advantage=turn: gamma of the returns-to-go; 0 compares "
-                               "only the turns' own rewards", check="fraction")
-    step_group_scope: str = opt("group", "advantage=turn: turns in the same state share a "
-                                "baseline within their group (GiGPO) or across the batch; all:"
-                                " every turn of the batch shares one, whatever its state",
-                                choices=STEP_GROUP_SCOPES)
-    share_prefix: bool = opt(True, "run a prompt that rows of a micro-batch share (the G "
-                             "samples of a start state) once, and order each mini-batch's rows "
-                             "by group so that they do; exact up to rounding")
-    negative_odds_cap: float = opt(0.0, ">= 1: a negative advantage is multiplied by its "
-                                   "reply's odds p/(1-p) at the step's start, clamped to [1, "
-                                   "cap] (unlikelihood for replies that scored below their "
-                                   "baseline): a reply the policy has settled on is pushed "
-                                   "down as hard as an unsure one; 0: off",
-                                   check="non_negative")
-    entropy_coef: float = opt(0.0, "> 0: subtract coef x the sampled tokens' mean entropy from "
-                              "the loss (an exploration bonus)", check="non_negative")
-    entropy_tokens: int = opt(0, "entropy_coef > 0: the bonus is the mean over each "
-                              "sequence's k highest-entropy sampled tokens (its decisions, e.g."
-                              " a tool call's argument), not over the format's near-certain "
-                              "ones too; 0: all",
-                              check="non_negative")
-    max_restarts: int = opt(3, "times the run rebuilds a dead learner group from its last "
-                            "checkpoint and replays the steps since; 0: a death ends the run",
-                            check="non_negative")
-    collective_timeout_s: float = opt(600.0, "num_workers > 1: seconds a rank waits in a "
-                                      "collective before it fails (a dead peer)",
-                                      check="positive")
-    lora: LoraConfig = section(LoraConfig, "LoRA adapters (the lora extra)")
 
 
 @dataclass

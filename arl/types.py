@@ -131,7 +131,7 @@ class EnvStep:
     how the episode ended, on the step that ends it (None on the others). `turn_state`
     optionally names the state the turn was played in (e.g. the position and who is to
     move): turns of different episodes with the same name share a baseline under
-    `learner.advantage: turn`. `restart`, on a step the episode goes on from, asks the next
+    `learner.advantage.level: turn`. `restart`, on a step the episode goes on from, asks the next
     turn in a new conversation that opens with it instead of one extended by `messages`
     (e.g. a game that shows each turn the current board alone): the trajectory's next
     training row begins there (`Trajectory.row_starts`).

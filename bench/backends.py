@@ -4,7 +4,7 @@ Usage: python bench/backends.py [MODEL] [--threads N] [--steps K]
 MODEL: a model folder (default: the tiny warm-start model; `arl warmstart` builds it).
 
 Times K learner steps (after one warm-up step) of the demo's shape: 64 trajectories of
-100-140 tokens, 4 mini-batches, micro-batches of 16, for `learner.backend` torch and
+100-140 tokens, 4 mini-batches, micro-batches of 16, for `learner.resources.backend` torch and
 deepspeed ZeRO 1, 2 and 3 (M = 1: a group of one). Prints ms per step and each backend's
 ratio to torch; the last line is JSON. All backends run the same steps on the same data, so
 their losses must agree, which is printed as the largest relative difference.
@@ -21,6 +21,7 @@ import numpy as np
 from arl.config import LearnerConfig
 from arl.learner.gspo_learner import GSPOLearner
 from arl.model.causal_lm import set_torch_threads
+from arl.schema_learner import LearnerResources, OptimConfig
 from arl.types import Trajectory
 
 
@@ -41,7 +42,8 @@ def batch(seed: int, count: int = 64) -> tuple[list[Trajectory], np.ndarray]:
 
 
 def time_backend(path: str, backend: str, stage: int, steps: int) -> tuple[float, list[float]]:
-    cfg = LearnerConfig(lr=1e-4, backend=backend, zero_stage=stage)
+    cfg = LearnerConfig(optim=OptimConfig(lr=1e-4),
+                        resources=LearnerResources(backend=backend, zero_stage=stage))
     learner = GSPOLearner(path, cfg, "bfloat16", steps + 1, seed=0)
     losses = [learner.step(*batch(0))["learner/loss"]]  # warm-up (DeepSpeed builds here)
     start = time.perf_counter()

@@ -30,7 +30,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         cfg = load_config(["configs/gpu_one.yaml"], [
             f"model.path={MODEL}", f"steps={STEPS}", f"output_dir={out}",
-            "wandb.mode=disabled", "learner.checkpoint_every=0", "ray.address=local"])
+            "wandb.mode=disabled", "learner.checkpoint.every=0", "ray.address=local"])
         train(cfg)
         with open(f"{out}/{cfg.run_name}/metrics.jsonl", encoding="utf-8") as f:
             rows = [json.loads(line) for line in f]

@@ -1,4 +1,4 @@
-"""The learner's compute dtype (`learner.dtype`) on this machine: its speed, and what bf16
+"""The learner's compute dtype (`learner.compute.dtype`) on this machine: its speed, and what bf16
 rounding does to GSPO's sequence ratio, measured in one run.
 
 Usage: python bench/learner_dtype.py MODEL [--threads N] [--batch B] [--lr LR]
@@ -8,7 +8,7 @@ MODEL is anything `model.path` takes (a directory, `cache:<name>`, a GGUF file,
 1. B tic-tac-toe prompts, rendered with the model's chat template, are answered by the HF
    engine in bf16 at temperature 1: real replies, and the sampler's own log-probs.
 2. The learner's per-token log-probs of those replies are computed at weights W in three
-   ways: float32; bfloat16 with the fp32 output head (what `learner.dtype: bfloat16` does);
+   ways: float32; bfloat16 with the fp32 output head (what `learner.compute.dtype: bfloat16` does);
    and plain bf16 autocast, head included (for comparison).
 3. One AdamW step of size `--lr` on a GSPO-like loss (random +-1 advantages) gives W'; the
    log-probs are computed again, and each sequence's log-ratio s = mean over its reply tokens

@@ -6,7 +6,7 @@ Usage: python bench/learner_step.py [CONFIG] [key=value ...] [--repeats 3]
 A batch shaped like one of CONFIG's steps: `groups_per_step` start states of its env, each
 prompt rendered with the model's chat template exactly as rollouts render it, and
 `group_size` completions per group of a real tool call's length (a well-formed call on a
-random square, so the rows differ). `learner.share_prefix` true and false alternate, each
+random square, so the rows differ). `learner.compute.share_prefix` true and false alternate, each
 step timed after one warm-up step per variant; the learner is the real `GSPOLearner` with
 CONFIG's learner section (dtype, mini-batches, micro-batches, threads). Prints the median
 seconds of each and their ratio, the tokens the forward passes ran, and the loss of the

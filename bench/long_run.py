@@ -3,7 +3,7 @@
 Usage: python bench/long_run.py RUN_DIR [--window 100] [--plot PNG]
 
 RUN_DIR is a run directory (its metrics.jsonl), e.g. from
-    arl train configs/tictactoe_move.yaml steps=2000 learner.lr_schedule=constant
+    arl train configs/tictactoe_move.yaml steps=2000 learner.optim.schedule=constant
 Prints, for sliding windows of `--window` steps of `rollout/reward_mean`: the best window,
 the last one, and the largest fall of any window below the best window that ended before it
 began (the collapse criterion: no fall over 0.1). The same for the invalid-call rate and the

@@ -64,8 +64,8 @@ def loop_run(out: str) -> tuple[Config, list[dict]]:
     # that the bare engine loads, so both sample the same kind of completions (a trained
     # policy's shorter, surer replies would make tokens/s incomparable).
     cfg = load_config([CONFIG], [f"steps={STEPS}", f"output_dir={out}", "wandb.mode=disabled",
-                                 "ray.address=local", "learner.checkpoint_every=0",
-                                 "learner.lr=1e-12"])
+                                 "ray.address=local", "learner.checkpoint.every=0",
+                                 "learner.optim.lr=1e-12"])
     train(cfg, use_ray=True)
     # the bare pieces load the same folder (a cache:<name> path names one in $ARL_HOME)
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(
@@ -98,7 +98,7 @@ def bare_engine(cfg: Config, steps: range) -> tuple[float, list[list[int]], list
 
 def bare_learner(cfg: Config, sequences: list[list[int]], batch: int) -> float:
     """Forward+backward tokens/s of plain torch doing the learner's work on `sequences`."""
-    torch.set_num_threads(cfg.learner.cpus)
+    torch.set_num_threads(cfg.learner.resources.cpus)
     model, _ = load_model(cfg.model.path, "float32")
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
@@ -106,9 +106,9 @@ def bare_learner(cfg: Config, sequences: list[list[int]], batch: int) -> float:
     for start in range(0, len(sequences) - batch + 1, batch):
         rows = sequences[start:start + batch]
         t0 = time.perf_counter()
-        for mini in np.array_split(np.arange(batch), cfg.learner.mini_batches):
-            micros = [mini[i:i + cfg.learner.micro_batch_size]
-                      for i in range(0, len(mini), cfg.learner.micro_batch_size)]
+        for mini in np.array_split(np.arange(batch), cfg.learner.optim.mini_batches):
+            micros = [mini[i:i + cfg.learner.compute.micro_batch_size]
+                      for i in range(0, len(mini), cfg.learner.compute.micro_batch_size)]
             padded = [right_pad([rows[i] for i in m], 0) for m in micros]
             with torch.no_grad():
                 for ids, mask in padded:
@@ -128,7 +128,7 @@ def same_learner(cfg: Config, sequences: list[list[int]], prompt_lens: list[int]
     `sequences`, `batch` rows a step, G rows a group, seeded advantages."""
     from arl.learner.gspo_learner import GSPOLearner
 
-    torch.set_num_threads(cfg.learner.cpus)
+    torch.set_num_threads(cfg.learner.resources.cpus)
     learner = GSPOLearner(cfg.model.path, cfg.learner, cfg.model.dtype, cfg.steps, cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     size = cfg.rollout.group_size
@@ -227,7 +227,7 @@ def one_repeat() -> dict[str, float]:
     rounds = 1 + mean("rollout/resample_rounds")
     served = rounds * sum(map(len, sequences)) / len(measured)
     flops = step_flops(parameters, served, mean("perf/train_tokens"))
-    torch.set_num_threads(max(cfg.rollout.cpus_per_worker, cfg.learner.cpus))
+    torch.set_num_threads(max(cfg.rollout.cpus_per_worker, cfg.learner.resources.cpus))
     peak = matmul_peak(hidden, intermediate)
     result = {
         "gen_ratio": loop_gen / gen_rate,

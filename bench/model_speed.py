@@ -5,7 +5,7 @@ Usage: python bench/model_speed.py [CONFIG] [--steps N] [--dtypes bfloat16,float
        (default configs/tictactoe_move_smollm2.yaml, 6 steps; its model must exist:
        `arl warmstart configs/warmstart_smollm2.yaml` first)
 
-For each dtype (the rollout engine's `model.dtype` and the learner's `learner.dtype` both):
+For each dtype (the rollout engine's `model.dtype` and the learner's `learner.compute.dtype` both):
   in-loop   N sync steps of CONFIG on an embedded Ray cluster; the first 2 are left out.
             generation: `perf/rollout_tokens_per_s` (sampled tokens over the whole collect:
             engine, episode loop, env, Ray); learner: `perf/train_tokens_per_s` (non-pad
@@ -56,8 +56,8 @@ def in_loop(config: str, dtype: str, steps: int) -> tuple[Config, dict[str, floa
     with tempfile.TemporaryDirectory() as out:
         cfg = load_config([config], [f"steps={steps}", f"output_dir={out}",
                                      "wandb.mode=disabled", "ray.address=local",
-                                     "learner.checkpoint_every=0", f"model.dtype={dtype}",
-                                     f"learner.dtype={dtype}"])
+                                     "learner.checkpoint.every=0", f"model.dtype={dtype}",
+                                     f"learner.compute.dtype={dtype}"])
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(
             cfg.model, path=local_folder(local_path(cfg.model.path))))
         train(cfg, use_ray=True)
@@ -107,7 +107,7 @@ def bare_generate(cfg: Config, dtype: str, steps: range
 def bare_learner(cfg: Config, dtype: str, sequences: list[list[int]], prompt_lens: list[int]
                  ) -> float:
     """Plain torch doing a learner step's work on `sequences`: non-pad tokens/s."""
-    set_torch_threads(cfg.learner.cpus)
+    set_torch_threads(cfg.learner.resources.cpus)
     model, tok = load_model(cfg.model.path, "float32")
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-7)

@@ -81,7 +81,7 @@ class PeakPss:
 def run(overrides: list[str], out: str, steps: int = STEPS, warmup: int = WARMUP
         ) -> dict[str, float]:
     cfg = load_config([CONFIG], [f"steps={steps}", f"output_dir={out}", "wandb.mode=disabled",
-                                 "ray.address=local", "learner.checkpoint_every=0",
+                                 "ray.address=local", "learner.checkpoint.every=0",
                                  *overrides])
     with PeakPss() as memory:
         train(cfg, use_ray=True)

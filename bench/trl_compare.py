@@ -18,7 +18,7 @@ warm-up, the batch baseline and the odds cap off (they change the work or the lo
 one baseline per group, as TRL computes it) through its embedded Ray cluster: its step is
 `timing/step`. It runs twice: with the old log-probs of mini-batches 2-4 from a no-grad pass
 of the learner's own, as the demo and TRL compute them, and with the sampler's instead
-(`learner.old_logprobs: sampler`, no pass: `trl_step_ratio_sampler`).
+(`learner.loss.old_logprobs: sampler`, no pass: `trl_step_ratio_sampler`).
 TRL's step is the wall time from one generation batch's first optimizer step to the next
 one's. Medians after the first WARMUP steps. Prints `trl_step_ratio` = arl's step / TRL's
 (lower: arl faster).
@@ -44,9 +44,10 @@ from arl.steps import start_states
 
 CONFIG = "configs/tictactoe_move.yaml"
 SAME_WORK = ["rollout.dynamic_sampling=false", "env.group_symmetries=false",
-             "learner.entropy_coef=0", "learner.lr_schedule=constant", "learner.warmup_steps=0",
-             "learner.loss=gspo", "learner.advantage=episode", "learner.negative_odds_cap=0",
-             "learner.checkpoint_every=0", "wandb.mode=disabled", "ray.address=local"]
+             "learner.loss.entropy_coef=0", "learner.optim.schedule=constant",
+             "learner.optim.warmup_steps=0", "learner.loss.name=gspo",
+             "learner.advantage.level=episode", "learner.loss.negative_odds_cap=0",
+             "learner.checkpoint.every=0", "wandb.mode=disabled", "ray.address=local"]
 
 
 def arl_steps(steps: int, warmup: int, *overrides: str) -> tuple[Config, list[float]]:
@@ -94,14 +95,14 @@ def trl_steps(cfg: Config, steps: int, warmup: int, dtype: str) -> list[float]:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    torch.set_num_threads(cfg.learner.cpus)
+    torch.set_num_threads(cfg.learner.resources.cpus)
     path = local_path(cfg.model.path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     stop_id = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
     model.generation_config.eos_token_id = stop_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    per_gen = cfg.learner.mini_batches
+    per_gen = cfg.learner.optim.mini_batches
     batch = cfg.rollout.groups_per_step * cfg.rollout.group_size
     marks: list[float] = []
 
@@ -115,15 +116,15 @@ def trl_steps(cfg: Config, steps: int, warmup: int, dtype: str) -> list[float]:
             output_dir=out, use_cpu=True, bf16=dtype == "bfloat16", report_to=[],
             save_strategy="no", logging_steps=10**6, disable_tqdm=True, seed=cfg.seed,
             gradient_checkpointing=False,  # on by default in TRL; arl keeps activations
-            learning_rate=cfg.learner.lr, lr_scheduler_type="constant", warmup_steps=0,
-            weight_decay=0.0, max_grad_norm=cfg.learner.grad_clip,
+            learning_rate=cfg.learner.optim.lr, lr_scheduler_type="constant", warmup_steps=0,
+            weight_decay=0.0, max_grad_norm=cfg.learner.optim.grad_clip,
             num_generations=cfg.rollout.group_size,
             per_device_train_batch_size=batch // per_gen, steps_per_generation=per_gen,
             gradient_accumulation_steps=1, num_iterations=1, max_steps=(steps + 1) * per_gen,
             max_completion_length=cfg.rollout.max_new_tokens,
             temperature=cfg.rollout.temperature, top_p=1.0, top_k=0,
             importance_sampling_level="sequence", loss_type="grpo", beta=0.0,
-            epsilon=cfg.learner.clip_low, epsilon_high=cfg.learner.clip_high,
+            epsilon=cfg.learner.loss.clip_low, epsilon_high=cfg.learner.loss.clip_high,
             shuffle_dataset=False, log_completions=False, dataloader_num_workers=0)
         trainer = GRPOTrainer(model=model, reward_funcs=reward_fn(cfg, stop_id), args=args,
                               train_dataset=Dataset.from_list(prompts(cfg, steps + 1, tokenizer)),
@@ -140,14 +141,14 @@ def main() -> None:
     parser.add_argument("--trl-dtype", default="float32", choices=("float32", "bfloat16"))
     args = parser.parse_args()
     cfg, arl = arl_steps(args.steps, args.warmup)
-    _, arl_sampler = arl_steps(args.steps, args.warmup, "learner.old_logprobs=sampler")
+    _, arl_sampler = arl_steps(args.steps, args.warmup, "learner.loss.old_logprobs=sampler")
     trl = trl_steps(cfg, args.steps, args.warmup, args.trl_dtype)
     result = {"arl_step_s": round(statistics.median(arl), 3),
               "arl_sampler_step_s": round(statistics.median(arl_sampler), 3),
               "trl_step_s": round(statistics.median(trl), 3),
               "arl_steps": len(arl), "trl_steps": len(trl), "trl_dtype": args.trl_dtype,
               "arl_engine_dtype": resolve_dtype(cfg.model.dtype),
-              "arl_learner_dtype": cfg.learner.dtype}
+              "arl_learner_dtype": cfg.learner.compute.dtype}
     result["trl_step_ratio"] = round(result["arl_step_s"] / result["trl_step_s"], 3)
     result["trl_step_ratio_sampler"] = round(
         result["arl_sampler_step_s"] / result["trl_step_s"], 3)

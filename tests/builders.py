@@ -103,12 +103,34 @@ def random_advantages(count: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed + 1000).normal(size=count).astype(np.float32)
 
 
+def learner_cfg(**flat) -> LearnerConfig:
+    """A LearnerConfig from the keys' short names (lr, mini_batches, backend, ...: their
+    names before the learner config had sections) and whole sections (lora=LoraConfig())."""
+    import dataclasses
+
+    from arl.schema_learner import MOVED_KEYS
+
+    sections: dict[str, dict] = {}
+    whole = {}
+    for name, value in flat.items():
+        moved = MOVED_KEYS.get(f"learner.{name}")
+        if moved is None:
+            whole[name] = value
+            continue
+        _, section, key = moved.split(".")
+        sections.setdefault(section, {})[key] = value
+    base = LearnerConfig(**whole)
+    return dataclasses.replace(base, **{
+        section: dataclasses.replace(getattr(base, section), **values)
+        for section, values in sections.items()})
+
+
 def tiny_learner(model_dir: str, total_steps: int = 10, seed: int = 0, **overrides):
     """A GSPOLearner on `model_dir` (lr 1e-3, 2 mini-batches of micro-batches of 4, unless
     `overrides` say otherwise)."""
     from arl.learner.gspo_learner import GSPOLearner
 
-    cfg = LearnerConfig(**{"lr": 1e-3, "mini_batches": 2, "micro_batch_size": 4, **overrides})
+    cfg = learner_cfg(**{"lr": 1e-3, "mini_batches": 2, "micro_batch_size": 4, **overrides})
     return GSPOLearner(model_dir, cfg, "float32", total_steps=total_steps, seed=seed)
 
 
@@ -118,7 +140,7 @@ def learner_checkpoint(model_dir: str, path, lora: int = 0):
     from arl.config import LoraConfig, ModelConfig
     from arl.learner.worker import LearnerWorker
 
-    cfg = LearnerConfig(mini_batches=1, micro_batch_size=8, lr=1e-4,
+    cfg = learner_cfg(mini_batches=1, micro_batch_size=8, lr=1e-4,
                         lora=LoraConfig(rank=lora, alpha=8.0))
     worker = LearnerWorker(ModelConfig(path=model_dir, dtype="float32"), cfg, 2, 0, 1.0, 1)
     worker.step(random_advantages(8, seed=1), np.ones(8, dtype=bool),

@@ -45,8 +45,8 @@ class Cluster:
         return self
 
     def _start(self, cfg: Config) -> None:
-        if not self.use_ray and cfg.learner.num_workers > 1:
-            raise ValueError("learner.num_workers > 1 needs Ray (use_ray=True)")
+        if not self.use_ray and cfg.learner.resources.num_workers > 1:
+            raise ValueError("learner.resources.num_workers > 1 needs Ray (use_ray=True)")
         if not self.use_ray and cfg.weight_sync.transport != "object_store":
             raise ValueError("weight_sync.transport nccl | gloo needs Ray (use_ray=True)")
         learner_at = rollout_at = shipped = None

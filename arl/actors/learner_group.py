@@ -37,9 +37,9 @@ class LearnerGroup:
         self.group = ActorGroup(
             LearnerActor,
             [(cfg.model, cfg.learner, cfg.steps, cfg.seed, cfg.rollout.temperature,
-              cfg.learner.cpus, shipped)] * cfg.learner.num_workers,
-            num_cpus=cfg.learner.cpus, num_gpus=cfg.learner.gpus,
-            resources=cfg.learner.resources, use_ray=use_ray, name=name,
+              cfg.learner.resources.cpus, shipped)] * cfg.learner.resources.num_workers,
+            num_cpus=cfg.learner.resources.cpus, num_gpus=cfg.learner.resources.gpus,
+            resources=cfg.learner.resources.custom, use_ray=use_ray, name=name,
             scheduling=scheduling,
         )
         if len(self.group) > 1:  # one torch.distributed group; rank 0 hosts the rendezvous

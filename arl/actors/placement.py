@@ -25,20 +25,20 @@ def require_resource(needed: float, what: str, resource: str = "CPU") -> None:
 
 def require_resources(cfg: Config) -> None:
     """Fail now, naming the keys, if the actors ask for more than the cluster has."""
-    m, w, r = cfg.learner.num_workers, cfg.rollout.num_workers, cfg.rollout
-    require_resource(m * cfg.learner.cpus + w * (r.cpus_per_worker
+    m, w, r = cfg.learner.resources.num_workers, cfg.rollout.num_workers, cfg.rollout
+    require_resource(m * cfg.learner.resources.cpus + w * (r.cpus_per_worker
                                                  + r.env_actors * r.cpus_per_env_actor),
-                     "learner.num_workers * learner.cpus + rollout.num_workers * "
-                     "(rollout.cpus_per_worker + rollout.env_actors * "
+                     "learner.resources.num_workers * learner.resources.cpus + "
+                     "rollout.num_workers * (rollout.cpus_per_worker + rollout.env_actors * "
                      "rollout.cpus_per_env_actor)")
-    gpus = m * cfg.learner.gpus + w * cfg.rollout.gpus_per_worker
+    gpus = m * cfg.learner.resources.gpus + w * cfg.rollout.gpus_per_worker
     if gpus > 0:
-        require_resource(gpus, "learner.num_workers * learner.gpus + "
+        require_resource(gpus, "learner.resources.num_workers * learner.resources.gpus + "
                          "rollout.num_workers * rollout.gpus_per_worker", "GPU")
-    for name in set(cfg.learner.resources) | set(cfg.rollout.resources):
+    for name in set(cfg.learner.resources.custom) | set(cfg.rollout.resources):
         needed = (m * cfg.learner.resources.get(name, 0.0)
                   + w * cfg.rollout.resources.get(name, 0.0))
-        require_resource(needed, f"learner.num_workers * learner.resources.{name} + "
+        require_resource(needed, f"learner.resources.num_workers * learner.resources.{name} + "
                          f"rollout.num_workers * rollout.resources.{name}", name)
 
 
@@ -49,8 +49,9 @@ def actor_placement(cfg: Config) -> tuple[Any, list | None, list | None]:
     (fractional GPUs included: two actors with 0.5 each can share one GPU)."""
     if cfg.ray.placement == "none":
         return None, None, None
-    m, w = cfg.learner.num_workers, cfg.rollout.num_workers
-    learner = {"CPU": cfg.learner.cpus, "GPU": cfg.learner.gpus, **cfg.learner.resources}
+    m, w = cfg.learner.resources.num_workers, cfg.rollout.num_workers
+    res = cfg.learner.resources
+    learner = {"CPU": res.cpus, "GPU": res.gpus, **res.custom}
     rollout = {"CPU": cfg.rollout.cpus_per_worker, "GPU": cfg.rollout.gpus_per_worker,
                **cfg.rollout.resources}
     group = place(cfg.ray.placement, [learner] * m + [rollout] * w,

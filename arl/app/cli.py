@@ -24,12 +24,12 @@ and wandb/.
 resume: run the same command with resume=auto; it continues from the run's newest
 checkpoint (resume=step_<n>: from that one; a corrupt checkpoint is named, with the newest
 intact one, exit 3). A learner actor that dies is rebuilt from the last checkpoint inside
-the run (learner.max_restarts). Ctrl-C or SIGTERM finishes the current step, saves a
+the run (learner.checkpoint.max_restarts). Ctrl-C or SIGTERM finishes the current step, saves a
 checkpoint and exits (130 / 143); a second Ctrl-C stops at once.
 
 examples:
   arl train configs/tictactoe_move.yaml
-  arl train configs/tictactoe_move.yaml learner.lr=5e-5 steps=100
+  arl train configs/tictactoe_move.yaml learner.optim.lr=5e-5 steps=100
   arl config show configs/tictactoe_move.yaml      (every key, its default and help)
 """
 

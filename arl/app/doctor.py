@@ -173,8 +173,8 @@ def needed_extras(cfg: Config) -> list[tuple[str, str]]:
     needs = []
     if cfg.rollout.engine == "vllm":
         needs.append(("vllm", "rollout.engine=vllm"))
-    if cfg.learner.backend == "deepspeed":
-        needs.append(("deepspeed", "learner.backend=deepspeed"))
+    if cfg.learner.resources.backend == "deepspeed":
+        needs.append(("deepspeed", "learner.resources.backend=deepspeed"))
     if cfg.learner.lora.rank > 0:
         needs.append(("lora", "learner.lora.rank > 0"))
     if cfg.model.path.endswith(".gguf"):
@@ -196,11 +196,11 @@ def extra_checks(cfg: Config) -> list[Check]:
 def resource_checks(cfg: Config, cluster: dict[str, float] | None) -> list[Check]:
     """GPUs and custom Ray resources the actors reserve, against a running cluster's
     resources (`cluster`), or else what an embedded cluster on this machine would offer."""
-    m, w = cfg.learner.num_workers, cfg.rollout.num_workers
+    m, w = cfg.learner.resources.num_workers, cfg.rollout.num_workers
     offered = cluster if cluster is not None else {"GPU": float(visible_gpus())}
     where = "the running cluster" if cluster is not None else "this machine"
-    needs = {"GPU": m * cfg.learner.gpus + w * cfg.rollout.gpus_per_worker}
-    for name in set(cfg.learner.resources) | set(cfg.rollout.resources):
+    needs = {"GPU": m * cfg.learner.resources.gpus + w * cfg.rollout.gpus_per_worker}
+    for name in set(cfg.learner.resources.custom) | set(cfg.rollout.resources):
         needs[name] = (m * cfg.learner.resources.get(name, 0.0)
                        + w * cfg.rollout.resources.get(name, 0.0))
     checks = []
@@ -208,10 +208,10 @@ def resource_checks(cfg: Config, cluster: dict[str, float] | None) -> list[Check
         if amount <= 0:
             continue
         have = offered.get(name, 0.0)
-        hint = ("run where GPUs are visible, or set learner.gpus=0 and "
+        hint = ("run where GPUs are visible, or set learner.resources.gpus=0 and "
                 "rollout.gpus_per_worker=0" if name == "GPU" else
                 f"start nodes with `ray start --resources '{{\"{name}\": N}}'`, or drop "
-                f"{name} from learner.resources and rollout.resources")
+                f"{name} from learner.resources.custom and rollout.resources")
         checks.append(Check(f"resource {name}", amount <= have,
                             f"the actors reserve {amount:g}, {where} offers {have:g}", hint))
     return checks

@@ -6,7 +6,7 @@ sequence an episode reaches, b micro-batch size):
             the A = rank * sum(in + out) adapter parameters, which the weights also
             gain); activations of one micro-batch b*T*L*(144h + aT); logits b*T*V*4*3
             (logits, log-softmax and their gradient); the exported weights for sync 4P.
-            With learner.backend=deepspeed and M learners, a rank holds 1/M of the AdamW
+            With learner.resources.backend=deepspeed and M learners, a rank holds 1/M of the AdamW
             moments (ZeRO stage >= 1), of the gradients (>= 2) and of the weights (3).
             The activation coefficients were fitted to the peak memory of a
             forward+backward of the tiny model in fp32 with SDPA attention on CPU
@@ -100,7 +100,7 @@ def items(cfg: Config, shape: ModelShape, prompt_tokens: int,
     trained = cfg.learner.lora.rank * s.lora_dims if cfg.learner.lora.rank else P
     what = "lora" if cfg.learner.lora.rank else "full"
     T = sequence_tokens(cfg, prompt_tokens)
-    b = cfg.learner.micro_batch_size
+    b = cfg.learner.compute.micro_batch_size
     batch = cfg.rollout.groups_per_step * cfg.rollout.group_size
     workers = cfg.rollout.num_workers
     from arl.rollout.engines.hf import MAX_BATCH_SIZE  # what the HF engine decodes at once
@@ -108,12 +108,12 @@ def items(cfg: Config, shape: ModelShape, prompt_tokens: int,
     per_worker = min(-(-batch // workers), MAX_BATCH_SIZE)
     dtype = DTYPE_BYTES[resolve_dtype(cfg.model.dtype, on_gpu=cfg.rollout.gpus_per_worker > 0)]
     kv = per_worker * T * 2 * s.layers * s.kv_heads * s.head_dim * dtype
-    micro = "learner.micro_batch_size"
+    micro = "learner.compute.micro_batch_size"
     shares = "rollout.groups_per_step, rollout.group_size or rollout.max_new_tokens"
     # DeepSpeed ZeRO: each learner rank holds 1/M of the moments (stage 1), the gradients
     # too (2) and the weights too (3); these items are per rank.
-    zero = cfg.learner.zero_stage if cfg.learner.backend == "deepspeed" else 0
-    m = cfg.learner.num_workers
+    zero = cfg.learner.resources.zero_stage if cfg.learner.resources.backend == "deepspeed" else 0
+    m = cfg.learner.resources.num_workers
 
     def rank_part(nbytes: int, stage: int, label: str) -> tuple[int, str]:
         if zero >= stage and m > 1:
@@ -129,8 +129,8 @@ def items(cfg: Config, shape: ModelShape, prompt_tokens: int,
         Item(f"learner gradients ({grads[1]})", "model", grads[0],
              "learner.lora.rank (LoRA trains adapters only)"),
         Item(f"learner AdamW moments ({moments[1]})", "model", moments[0],
-             "learner.lora.rank (LoRA trains adapters only), or learner.backend=deepspeed "
-             "with more learner.num_workers"),
+             "learner.lora.rank (LoRA trains adapters only), or "
+             "learner.resources.backend=deepspeed with more learner.resources.num_workers"),
         Item("learner activations", "model", activation_bytes(shape, b, T), micro),
         Item("learner logits", "model", logits_bytes(shape, b, T), micro),
         Item("learner exported weights", "host", 4 * P, "model.path (a smaller model)"),

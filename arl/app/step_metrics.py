@@ -53,11 +53,11 @@ def step_metrics(cfg: Config, done: StepDone, t_end: float, actor_restarts: int)
 def _credit_metrics(cfg: Config, done: StepDone) -> dict[str, float]:
     """advantage=turn: the share of the batch's turns that share their state with another
     turn of their step-level scope (the rest get only the episode advantage)."""
-    if cfg.learner.advantage != "turn":
+    if cfg.learner.advantage.level != "turn":
         return {}
     states = [[t.state for t in s.turns] for s in done.batch.summaries]
     return {"rollout/shared_state_turns": shared_turn_share(
-        states, cfg.rollout.group_size, cfg.learner.step_group_scope)}
+        states, cfg.rollout.group_size, cfg.learner.advantage.step_group_scope)}
 
 
 def _async_metrics(done: StepDone) -> dict[str, float]:

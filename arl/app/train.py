@@ -45,7 +45,7 @@ class NonFiniteError(RuntimeError):
 
 
 class LearnerFailed(RuntimeError):
-    """The learner died more often than `learner.max_restarts` allows."""
+    """The learner died more often than `learner.checkpoint.max_restarts` allows."""
 
 
 def train(cfg: Config, use_ray: bool = True) -> Metrics:
@@ -54,7 +54,7 @@ def train(cfg: Config, use_ray: bool = True) -> Metrics:
     SIGTERM (`ray job stop`, `kill`) or Ctrl-C lets the current step finish, saves a
     checkpoint and raises `Stopped`; `resume=auto` continues from there. A learner actor that
     dies is rebuilt from the last checkpoint and the steps since are played again (up to
-    `learner.max_restarts` times; then `LearnerFailed`).
+    `learner.checkpoint.max_restarts` times; then `LearnerFailed`).
     """
     # The first line of a run's (or a Ray job's) log says where its outputs go.
     print(f"arl train: run directory {run_dir(cfg)}", flush=True)
@@ -97,7 +97,7 @@ def _train_steps(cfg: Config, run: Run, cluster: Cluster, stop: StopOnSignal,
     steps = _sync_steps if cfg.mode == "sync" else _async_steps
     for step, done in steps(cfg, cluster, start):
         t_end = time.perf_counter()
-        if cfg.learner.checkpoint_every and (step + 1) % cfg.learner.checkpoint_every == 0:
+        if cfg.learner.checkpoint.every and (step + 1) % cfg.learner.checkpoint.every == 0:
             _save_checkpoint(run, cluster, step + 1)
         metrics = step_metrics(cfg, done, t_end, cluster.actor_restarts)
         metrics["learner/restarts"] = float(restarts)
@@ -107,10 +107,10 @@ def _train_steps(cfg: Config, run: Run, cluster: Cluster, stop: StopOnSignal,
             metrics["timing/eval"] = time.perf_counter() - t_eval
         run.log_samples(step, done.batch.summaries)
         run.log(step, metrics)
-        if metrics["learner/skipped_in_row"] >= cfg.learner.max_nonfinite_in_row:
+        if metrics["learner/skipped_in_row"] >= cfg.learner.optim.max_nonfinite_in_row:
             _checkpoint_and_raise(run, cluster, step + 1, NonFiniteError, (
-                f"{cfg.learner.max_nonfinite_in_row} optimizer steps in a row had a "
-                "non-finite loss or gradient (learner.max_nonfinite_in_row); none was "
+                f"{cfg.learner.optim.max_nonfinite_in_row} optimizer steps in a row had a "
+                "non-finite loss or gradient (learner.optim.max_nonfinite_in_row); none was "
                 f"applied (check the rewards and the learning rate); stopped after step "
                 f"{step + 1}"))
         if stop.requested:
@@ -120,14 +120,15 @@ def _train_steps(cfg: Config, run: Run, cluster: Cluster, stop: StopOnSignal,
 
 
 def _check_restarts(run: Run, restarts: int, err: LearnerLost) -> None:
-    """Raise `LearnerFailed` once the learner has died more than `learner.max_restarts`
+    """Raise `LearnerFailed` once the learner has died more than `learner.checkpoint.max_restarts`
     times; else say that it is rebuilt."""
-    limit, last = run.cfg.learner.max_restarts, run.last_checkpoint()
+    limit, last = run.cfg.learner.checkpoint.max_restarts, run.last_checkpoint()
     if restarts > limit:
         where = (f"resume=auto continues from {last}" if last is not None
                  else "no checkpoint was written; the run must start over")
         raise LearnerFailed(f"{err}; the learner died {restarts} times "
-                            f"(learner.max_restarts={limit}), the run stops; {where}") from err
+                            f"(learner.checkpoint.max_restarts={limit}), the run stops; "
+                            f"{where}") from err
     log.warning("%s; rebuilding the learner from %s (restart %d of %d)", err,
                 last or "the initial model", restarts, limit)
 
@@ -239,31 +240,31 @@ def _async_steps(cfg: Config, cluster: Cluster, start: int) -> Iterator[tuple[in
 def _advantages(cfg: Config, summaries: list[EpisodeSummary]) -> tuple[np.ndarray, np.ndarray]:
     """(advantages, keep [B]): group-relative advantages, and a mask that drops every group
     with a failed episode (an env raised: its reward says nothing about the policy).
-    Advantages are [B] floats, or with `learner.advantage: turn` an object array of one
+    Advantages are [B] floats, or with `learner.advantage.level: turn` an object array of one
     array of turn advantages per episode (arl/credit.py)."""
-    size, lr = cfg.rollout.group_size, cfg.learner
+    size, adv = cfg.rollout.group_size, cfg.learner.advantage
     keep = ~np.array([s.failure is not None for s in summaries]).reshape(-1, size).any(axis=1)
-    if lr.advantage == "turn":
+    if adv.level == "turn":
         per_turn = turn_advantages([[t.reward for t in s.turns] for s in summaries],
                                    [[t.state for t in s.turns] for s in summaries], size,
-                                   lr.step_advantage_weight, lr.advantage_eps, lr.turn_discount,
-                                   lr.step_group_scope)
+                                   adv.step_weight, adv.eps, adv.turn_discount,
+                                   adv.step_group_scope)
         out = np.empty(len(per_turn), dtype=object)
         for i, adv in enumerate(per_turn):
             out[i] = adv * 0.0 if not keep[i // size] else adv
         return out, np.repeat(keep, size)
     rewards = torch.tensor([s.reward for s in summaries], dtype=torch.float32).view(-1, size)
-    advantages = group_advantages(rewards, lr.advantage_eps)
+    advantages = group_advantages(rewards, adv.eps)
     advantages[~torch.from_numpy(keep)] = 0.0
     return advantages.flatten().numpy(), np.repeat(keep, size)
 
 
 def _save_checkpoint(run: Run, cluster: Cluster, steps_done: int) -> None:
     """The learner's checkpoint after `steps_done` steps, with the wandb run id to resume;
-    then only the newest `learner.keep_checkpoints` are kept."""
+    then only the newest `learner.checkpoint.keep` are kept."""
     cluster.save_checkpoint(run.checkpoint_dir(steps_done), steps_done,
                             {"wandb_run_id": run.wandb_run_id})
-    run.prune_checkpoints(run.cfg.learner.keep_checkpoints)
+    run.prune_checkpoints(run.cfg.learner.checkpoint.keep)
 
 
 def _checkpoint_and_raise(run: Run, cluster: Cluster, steps_done: int,

@@ -2,7 +2,7 @@
 
 `GSPOLearner` (learner/gspo_learner.py) computes losses; a backend turns them into updates.
 Every backend honours one contract, so the learner step and its numbers are the same
-whichever runs (`learner.backend`):
+whichever runs (`learner.resources.backend`):
 
   module                the model to call forward on
   uniform_passes        True: every rank of the group must make the same number of forward and
@@ -60,13 +60,14 @@ class Backend(Protocol):
 
 
 def make_backend(model: torch.nn.Module, cfg: LearnerConfig, device: torch.device) -> Backend:
-    """The backend `cfg.backend` names, owning `model`'s updates from now on."""
-    if cfg.backend == "deepspeed":
+    """The backend `cfg.resources.backend` names, owning `model`'s updates from now on."""
+    if cfg.resources.backend == "deepspeed":
         from arl.learner.deepspeed_backend import DeepSpeedBackend
 
         return DeepSpeedBackend(model, cfg, device)
     from arl.learner.torch_backend import TorchBackend
 
-    if cfg.backend != "torch":
-        raise ValueError(f"learner.backend must be torch | deepspeed, got {cfg.backend!r}")
+    if cfg.resources.backend != "torch":
+        raise ValueError("learner.resources.backend must be torch | deepspeed, got "
+                         f"{cfg.resources.backend!r}")
     return TorchBackend(model, cfg, device)

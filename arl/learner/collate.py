@@ -104,7 +104,7 @@ def collate(trajectories: Sequence[Trajectory], advantages: np.ndarray, pad_id: 
     (row i is trajectories[i] when none has several rows; see the module docstring).
 
     advantages: [B], one per trajectory, in the same order; or an object array of B arrays,
-    one advantage per model turn of each trajectory (`learner.advantage: turn`), which become
+    one advantage per model turn of each trajectory (`learner.advantage.level: turn`), which become
     [B, T] per-token advantages over each turn's sampled ids. Raises ValueError on an empty
     batch, a length mismatch between the advantages and the trajectories (or their turns),
     a trajectory whose token_ids, loss_mask and sampler_logprobs differ in length, or

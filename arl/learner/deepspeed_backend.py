@@ -1,4 +1,4 @@
-"""DeepSpeed ZeRO stage 1-3 as a training backend (`learner.backend: deepspeed`).
+"""DeepSpeed ZeRO stage 1-3 as a training backend (`learner.resources.backend: deepspeed`).
 
 The contract is learner/backend.py's; what differs from plain torch:
 - DeepSpeed partitions the AdamW state (stage 1), the gradients too (2) and the parameters
@@ -33,6 +33,7 @@ from arl.config import LearnerConfig
 from arl.learner import distributed
 from arl.learner.optim import build_optimizer, set_lr
 from arl.learner.state import hf_state_dict
+from arl.model.transport import free_port
 
 NEVER = 2**31 - 1  # steps between DeepSpeed's own progress prints: never
 
@@ -55,7 +56,7 @@ class DeepSpeedBackend:
 
     def join_group(self, rank: int, world: int, address: str, port: int) -> None:
         distributed.join(rank, world, address, port, self.device,
-                         self.cfg.collective_timeout_s)
+                         self.cfg.resources.collective_timeout_s)
         self.rank, self.world = rank, world
 
     @property
@@ -72,18 +73,18 @@ class DeepSpeedBackend:
         if self.device.type == "cpu":
             os.environ["DS_ACCELERATOR"] = "cpu"  # read when deepspeed is first imported
         if not dist.is_initialized():  # a single learner: a group of one on the loopback
-            distributed.join(0, 1, "127.0.0.1", distributed.free_port(), self.device)
+            distributed.join(0, 1, "127.0.0.1", free_port(), self.device)
         # DeepSpeed reads its launcher's variables; Ray placed this process, and a Ray actor
         # sees only its own GPU, which is therefore device 0.
         os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0")
         import deepspeed
 
         config = {
-            "train_micro_batch_size_per_gpu": self.cfg.micro_batch_size,
+            "train_micro_batch_size_per_gpu": self.cfg.compute.micro_batch_size,
             "gradient_accumulation_steps": 1,
             "managed_gradient_accumulation": False,
-            "gradient_clipping": self.cfg.grad_clip,
-            "zero_optimization": {"stage": self.cfg.zero_stage},
+            "gradient_clipping": self.cfg.optim.grad_clip,
+            "zero_optimization": {"stage": self.cfg.resources.zero_stage},
             "steps_per_print": NEVER,
             "wall_clock_breakdown": False,
         }
@@ -106,7 +107,7 @@ class DeepSpeedBackend:
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         model = self.engine.module
-        if self.cfg.zero_stage < 3:  # parameters are whole on every rank
+        if self.cfg.resources.zero_stage < 3:  # parameters are whole on every rank
             return hf_state_dict(model) if self.rank == 0 else None
         import deepspeed
 

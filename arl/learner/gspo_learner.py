@@ -23,18 +23,18 @@ old_logprobs are recomputed here, by the learner, at the start of the step: in s
 are the sampling policy's (up to engine numerics, logged as `rollout/sampler_logprob_gap`); in
 async mode they are the learner's current weights, up to `max_staleness` versions ahead of the
 sampler's. The clip is anchored to the learner's own policy in both modes (AReaL's decoupled
-objective), and `learner.behaviour_is_cap > 0` also weights each sequence's advantage by the
+objective), and `learner.loss.behaviour_is_cap > 0` also weights each sequence's advantage by the
 truncated behaviour ratio (`gspo.behaviour_weights`). They are computed over exactly the
 micro-batches training runs later, so before the first update `logprobs == old_logprobs` bit
 for bit and the first mini-batch's ratios are exactly 1 (with the behaviour correction on,
 the first mini-batch gets its own no_grad pass too: its weights are needed before its loss).
 
 Precision: weights, gradients and AdamW state are fp32 whatever the rollout dtype.
-`learner.dtype` sets the compute dtype of the forward and backward: float32, or bfloat16 with
-the output head, log-softmax and log-ratios in fp32 (arl/model/causal_lm.py `compute_in`). Old and
-new log-probs of a step come from the same computation, so the first mini-batch's ratios are
-exactly 1 in either dtype; later ones carry bf16 rounding noise, which bench/learner_dtype.py
-measures against the clip range. `export_weights` gives fp32 arrays;
+`learner.compute.dtype` sets the compute dtype of the forward and backward: float32, or
+bfloat16 with the output head, log-softmax and log-ratios in fp32 (arl/model/causal_lm.py
+`compute_in`). Old and new log-probs of a step come from the same computation, so the first
+mini-batch's ratios are exactly 1 in either dtype; later ones carry bf16 rounding noise, which
+bench/learner_dtype.py measures against the clip range. `export_weights` gives fp32 arrays;
 engines cast them.
 """
 
@@ -63,6 +63,13 @@ from arl.model.lora import apply_lora
 from arl.types import Histogram, Trajectory
 
 
+def _check_names(dtype: str, cfg: LearnerConfig) -> None:
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
+    if cfg.loss.name not in gspo.LOSSES:
+        raise ValueError(f"loss must be one of {sorted(gspo.LOSSES)}, got {cfg.loss.name!r}")
+
+
 class GSPOLearner:
     """Trains a causal LM with GSPO on trajectories' exact token ids. Plain class: Ray wraps it
     in actors/. Same seed + same inputs -> identical metrics and weights."""
@@ -73,31 +80,28 @@ class GSPOLearner:
         """Load the model at `model_path` (fp32, train mode), AdamW and the LR schedule.
 
         dtype: the rollout engine's dtype (auto | bfloat16 | float32); the learner's own
-        compute dtype is `cfg.dtype`, its weights fp32 either way. total_steps: learner steps
-        in the run (cosine length). Raises ValueError for an unknown dtype or loss, or a model
-        with dropout (the trained policy must be the sampling policy, or ratios compare two
-        different functions).
+        compute dtype is `cfg.compute.dtype`, its weights fp32 either way. total_steps:
+        learner steps in the run (cosine length). Raises ValueError for an unknown dtype or
+        loss, or a model with dropout (the trained policy must be the sampling policy, or
+        ratios compare two different functions).
         """
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
-        if cfg.loss not in gspo.LOSSES:
-            raise ValueError(f"loss must be one of {sorted(gspo.LOSSES)}, got {cfg.loss!r}")
-        set_torch_threads(cfg.cpus)
+        _check_names(dtype, cfg)
+        set_torch_threads(cfg.resources.cpus)
         self.cfg, self.total_steps, self.seed = cfg, total_steps, seed
-        # learner.gpus > 0: the GPU Ray reserved for this actor (the only one it sees).
-        if cfg.gpus > 0 and not torch.cuda.is_available():
-            raise RuntimeError("learner.gpus > 0 but this process sees no CUDA GPU")
-        self.device = torch.device("cuda" if cfg.gpus > 0 else "cpu")
+        # learner.resources.gpus > 0: the GPU Ray reserved for this actor (the only one it sees).
+        if cfg.resources.gpus > 0 and not torch.cuda.is_available():
+            raise RuntimeError("learner.resources.gpus > 0 but this process sees no CUDA GPU")
+        self.device = torch.device("cuda" if cfg.resources.gpus > 0 else "cpu")
         self.model, self.pad_id = _trainable_model(model_path, cfg, self.device)
-        self.loss_fn = gspo.LOSSES[cfg.loss]
+        self.loss_fn = gspo.LOSSES[cfg.loss.name]
         self.backend = make_backend(self.model, cfg, self.device)  # optimizer, reductions
-        self.dp = DataParallel(self.backend, cfg.micro_batch_size, self.device)
+        compute, on_gpu = cfg.compute, self.device.type == "cuda"
+        self.dp = DataParallel(self.backend, compute.micro_batch_size, self.device)
         self.counters = {"version": 0, "skipped_steps": 0, "skipped_in_row": 0}
-        on_gpu = self.device.type == "cuda"
-        self.compute_dtype = resolve_dtype(
-            cfg.dtype, on_gpu, on_gpu and torch.cuda.is_bf16_supported())
-        self.forward = Forward(self.backend, self.device, cfg.micro_batch_size,
-                                self.compute_dtype, cfg.share_prefix)
+        self.compute_dtype = resolve_dtype(compute.dtype, on_gpu,
+                                           on_gpu and torch.cuda.is_bf16_supported())
+        self.forward = Forward(self.backend, self.device, compute.micro_batch_size,
+                               self.compute_dtype, compute.share_prefix)
 
     @property
     def version(self) -> int:
@@ -112,9 +116,9 @@ class GSPOLearner:
     @property
     def lr(self) -> float:
         """The learning rate the next learner step will use."""
-        cfg = self.cfg
-        factor = lr_factor(self.version, cfg.warmup_steps, self.total_steps, cfg.lr_schedule)
-        return cfg.lr * factor
+        optim = self.cfg.optim
+        factor = lr_factor(self.version, optim.warmup_steps, self.total_steps, optim.schedule)
+        return optim.lr * factor
 
     def step(
         self, trajectories: Sequence[Trajectory], advantages: np.ndarray, temperature: float = 1.0
@@ -152,7 +156,7 @@ class GSPOLearner:
             self.counters["skipped_in_row"] = 0 if r.applied else self.counters[
                 "skipped_in_row"] + 1
         # the gap and the entropy are measured where the learner ran a pass of its own
-        measured = minis if self.cfg.old_logprobs == "learner" else minis[:1]
+        measured = minis if self.cfg.loss.old_logprobs == "learner" else minis[:1]
         gap, entropy = token_means([m for m, _, _ in measured if m is not None],
                                    self._entropy_sum, self.dp)
         metrics = _metrics(results, outputs, lengths, lr, self.counters["skipped_in_row"], gap)
@@ -172,12 +176,13 @@ class GSPOLearner:
         order = np.random.default_rng([self.seed, self.version]).permutation(batch.size)
         self._entropy_sum = 0.0
         out: list[tuple[Batch | None, int, float]] = []
-        for i, rows in enumerate(np.array_split(order, min(self.cfg.mini_batches, batch.size))):
-            if self.cfg.share_prefix:  # rows of a group next to each other: one prompt pass
+        count = min(self.cfg.optim.mini_batches, batch.size)
+        for i, rows in enumerate(np.array_split(order, count)):
+            if self.cfg.compute.share_prefix:  # a group's rows side by side: one prompt pass
                 rows = np.sort(rows)
             mine = self.dp.share(rows)
             mini = batch.select(mine) if len(mine) else None
-            if i > 0 or self.cfg.behaviour_is_cap > 0:
+            if i > 0 or self.cfg.loss.behaviour_is_cap > 0:
                 mini = self._anchored(mini, len(rows), temperature)
             out.append((mini, len(rows), float(batch.weights[rows].sum())))
         return out
@@ -187,16 +192,16 @@ class GSPOLearner:
         its clip is anchored to: the engine's (`old_logprobs: sampler`, no pass), or a no-grad
         pass at the step's start, its advantages then weighted by the behaviour correction
         where that is on."""
-        if self.cfg.old_logprobs == "sampler":
+        if self.cfg.loss.old_logprobs == "sampler":
             return mini.with_old_logprobs(mini.sampler_logprobs) if mini is not None else None
         old, entropy = self.forward.old_logprobs(mini, temperature, self.dp.passes(rows))
         self._entropy_sum += entropy
         if mini is None:
             return None
         mini = mini.with_old_logprobs(old)
-        if self.cfg.behaviour_is_cap > 0:  # off-policy correction
+        if self.cfg.loss.behaviour_is_cap > 0:  # off-policy correction
             weights = gspo.behaviour_weights(mini.old_logprobs, mini.sampler_logprobs,
-                                             mini.loss_mask, self.cfg.behaviour_is_cap)
+                                             mini.loss_mask, self.cfg.loss.behaviour_is_cap)
             if mini.advantages.dim() == 2:  # per-token advantages: one weight a row
                 weights = weights[:, None]
             mini = dataclasses.replace(mini, advantages=mini.advantages * weights)

@@ -34,7 +34,7 @@ class Forward:
     def __init__(self, backend, device: torch.device, micro_batch_size: int,
                  compute_dtype: str = "float32", share_prefix: bool = False):
         self.backend, self.device, self.micro_batch_size = backend, device, micro_batch_size
-        self.compute_dtype = compute_dtype  # of the matrix products (learner.dtype, resolved)
+        self.compute_dtype = compute_dtype  # of the matrix products (learner.compute.dtype)
         self.share_prefix = share_prefix  # one pass per distinct prompt (arl/model/causal_lm.py)
         self.filler: Batch | None = None  # one row of the current batch (`fill`)
 
@@ -86,29 +86,31 @@ def optimizer_step(forward: Forward, dp: DataParallel, cfg: LearnerConfig, loss_
     `loss_fn`: one of `gspo.LOSSES` (the learner's, which tests may wrap)."""
     backend, dev = forward.backend, forward.device
     loss, outputs, lengths, tokens, entropy_sum = 0.0, [], [], 0, 0.0
-    micros = mini.split(cfg.micro_batch_size) if mini is not None else []
+    loss_cfg = cfg.loss
+    micros = mini.split(cfg.compute.micro_batch_size) if mini is not None else []
     own_old = mini is not None and mini.old_logprobs is None
     olds = []
     for micro in micros:
-        logprobs, entropy = forward.logprobs(micro, temperature, cfg.entropy_coef > 0 or own_old)
+        logprobs, entropy = forward.logprobs(micro, temperature,
+                                             loss_cfg.entropy_coef > 0 or own_old)
         if own_old:
             old = logprobs.detach()
             micro = micro.with_old_logprobs(old.cpu())
             olds.append(old.cpu())
             entropy_sum += float((entropy.detach().cpu() * micro.loss_mask).sum())
-            entropy = entropy if cfg.entropy_coef > 0 else None
+            entropy = entropy if loss_cfg.entropy_coef > 0 else None
         advantages = micro.advantages
-        if cfg.negative_odds_cap > 0:  # unlikelihood for settled replies that scored low
+        if loss_cfg.negative_odds_cap > 0:  # unlikelihood for settled replies that scored low
             advantages = gspo.negative_odds_weighted(advantages, micro.old_logprobs,
-                                                     micro.loss_mask, cfg.negative_odds_cap)
+                                                     micro.loss_mask, loss_cfg.negative_odds_cap)
         out = loss_fn(logprobs, micro.old_logprobs.to(dev), advantages.to(dev),
                       micro.loss_mask.to(dev),
-                      cfg.clip_low, cfg.clip_high, norm)  # global normaliser: the mini-batch
+                      loss_cfg.clip_low, loss_cfg.clip_high, norm)  # global normaliser
         total = out.loss
         if entropy is not None:  # the exploration bonus, with the same normaliser
-            total = total - cfg.entropy_coef * gspo.entropy_bonus(
+            total = total - loss_cfg.entropy_coef * gspo.entropy_bonus(
                 entropy, micro.loss_mask.to(dev), norm, micro.weights.to(dev),
-                top_k=cfg.entropy_tokens)
+                top_k=loss_cfg.entropy_tokens)
         backend.backward(total)
         loss += total.item()
         outputs.append(gspo.LossOutput(out.loss.detach().cpu(), out.ratio.cpu(),

@@ -20,8 +20,10 @@ EPS = 1e-8
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: LearnerConfig) -> torch.optim.AdamW:
-    """AdamW over `params` with betas (0.9, 0.999), eps 1e-8, cfg.lr and cfg.weight_decay."""
-    return torch.optim.AdamW(params, lr=cfg.lr, betas=BETAS, eps=EPS, weight_decay=cfg.weight_decay)
+    """AdamW over `params` with betas (0.9, 0.999), eps 1e-8, cfg.optim.lr and
+    cfg.optim.weight_decay."""
+    return torch.optim.AdamW(params, lr=cfg.optim.lr, betas=BETAS, eps=EPS,
+                             weight_decay=cfg.optim.weight_decay)
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int, schedule: str) -> float:

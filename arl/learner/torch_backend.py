@@ -30,7 +30,7 @@ class TorchBackend:
 
     def join_group(self, rank: int, world: int, address: str, port: int) -> None:
         distributed.join(rank, world, address, port, self.device,
-                         self.cfg.collective_timeout_s)
+                         self.cfg.resources.collective_timeout_s)
         self.rank, self.world = rank, world
 
     def set_lr(self, lr: float) -> None:
@@ -42,7 +42,8 @@ class TorchBackend:
     def step(self, loss_finite: bool) -> tuple[float, bool]:
         if self.world > 1:
             distributed.all_reduce_grads(self.module.parameters())
-        norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.cfg.grad_clip).item()
+        norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(),
+                                              self.cfg.optim.grad_clip).item()
         applied = loss_finite and math.isfinite(norm)
         if applied:
             self.optimizer.step()

@@ -52,7 +52,7 @@ def test_unknown_key_in_a_file_suggests_the_closest(tmp_path):
     bad = tmp_path / "typo.yaml"
     bad.write_text("learner:\n  lrr: 0.1\n")
     _one_line_exit_2(_arl("config", "show", str(bad)), "learner.lrr",
-                     "did you mean 'learner.lr'")
+                     "did you mean 'learner.optim.lr'")
 
 
 def test_hub_model_without_a_hub(tmp_path):
@@ -120,7 +120,7 @@ def test_bad_positions_file(tmp_path, warm_model_dir):
 
 
 @pytest.mark.parametrize("override, key, says", [
-    ("learner.lr=inf", "learner.lr", "finite number"),
+    ("learner.optim.lr=inf", "learner.optim.lr", "finite number"),
     ("rollout.episode_timeout_s=inf", "rollout.episode_timeout_s", "finite number"),
     ("rollout.timeout_s=-inf", "rollout.timeout_s", "finite number"),
     ("run_name=" + "r" * 300, "run_name", "1-100 letters"),

@@ -59,7 +59,8 @@ def test_plan_counts_the_real_parameters_and_scales_with_the_knobs(warm_model_di
     model, _ = load_model(warm_model_dir, "float32")
     assert shape.params == sum(p.numel() for p in model.parameters())
     cfg = load_config([CI], [f"model.path={warm_model_dir}"])
-    bigger = load_config([CI], [f"model.path={warm_model_dir}", "learner.micro_batch_size=8"])
+    bigger = load_config([CI], [f"model.path={warm_model_dir}",
+                                "learner.compute.micro_batch_size=8"])
 
     def by_name(c):
         return {i.name: i.bytes for i in items(c, shape, 100)}
@@ -79,8 +80,8 @@ def test_plan_counts_the_real_parameters_and_scales_with_the_knobs(warm_model_di
     for stage, sharded in ((1, {"moments"}), (2, {"moments", "gradients"}),
                            (3, {"moments", "gradients", "weights"})):
         zero = by_name(load_config([CI], [
-            f"model.path={warm_model_dir}", "learner.backend=deepspeed",
-            "learner.num_workers=4", f"learner.zero_stage={stage}"]))
+            f"model.path={warm_model_dir}", "learner.resources.backend=deepspeed",
+            "learner.resources.num_workers=4", f"learner.resources.zero_stage={stage}"]))
         full = by_name(cfg)
         for what, key in (("weights", "learner weights (fp32"),
                           ("gradients", "learner gradients (fp32, full"),
@@ -127,4 +128,4 @@ def test_plan_of_an_architecture_only_folder_with_vllm_on_a_gpu(capsys):
     assert main([*args, "model.path=configs/models/qwen3-1.7b"]) == 1
     assert "turn learner.lora.rank" in capsys.readouterr().out
     assert main([*args, "model.path=configs/models/qwen3-1.7b", "learner.lora.rank=16",
-                 "learner.micro_batch_size=1"]) == 0
+                 "learner.compute.micro_batch_size=1"]) == 0

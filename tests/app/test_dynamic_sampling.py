@@ -135,8 +135,9 @@ def test_full_games_train_with_turn_level_advantages(tmp_path, warm_model_dir):
 
     cfg = ci_config(warm_model_dir, tmp_path, "env.name=tictactoe", "env.opponent=random",
                     "env.reward_move_best=0.2", "env.reward_move_blunder=-0.5",
-                    "learner.advantage=turn", "learner.loss=gspo_token", "rollout.max_turns=5",
-                    "learner.step_group_scope=batch", "learner.turn_discount=0",
+                    "learner.advantage.level=turn", "learner.loss.name=gspo_token",
+                    "rollout.max_turns=5",
+                    "learner.advantage.step_group_scope=batch", "learner.advantage.turn_discount=0",
                     "env.invalid_action=retry", "env.max_retries=4",
                     "steps=2")
     metrics = train(cfg, use_ray=False)

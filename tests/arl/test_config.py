@@ -24,9 +24,11 @@ def test_files_then_overrides(tmp_path):
     a.write_text("seed: 3\nrollout:\n  group_size: 4\n")
     b = tmp_path / "b.yaml"
     b.write_text("rollout:\n  group_size: 6\n")
-    cfg = load_config([str(a), str(b)], ["learner.lr=0.5", "run_name=x"], check_paths=False)
-    assert (cfg.seed, cfg.rollout.group_size, cfg.learner.lr, cfg.run_name) == (3, 6, 0.5, "x")
-    assert cfg.learner.clip_low == 3e-4 and cfg.learner.clip_high == 4e-4  # paper defaults
+    cfg = load_config([str(a), str(b)], ["learner.optim.lr=0.5", "run_name=x"], check_paths=False)
+    assert (cfg.seed, cfg.rollout.group_size, cfg.learner.optim.lr, cfg.run_name) == \
+        (3, 6, 0.5, "x")
+    loss = cfg.learner.loss
+    assert loss.clip_low == 3e-4 and loss.clip_high == 4e-4  # paper defaults
 
 
 def test_env_runners_cannot_play_against_a_self_play_snapshot():
@@ -44,13 +46,13 @@ def test_env_runners_cannot_play_against_a_self_play_snapshot():
         ("rollout.group_size=1", "rollout.group_size"),
         ("rollout.group_size=abc", "rollout.group_size"),
         ("rollout.groups_per_step=-2", "rollout.groups_per_step"),
-        ("learner.clip_low=0", "learner.clip_low"),
-        ("learner.clip_high=-1e-4", "learner.clip_high"),
-        ("learner.loss=ppo", "learner.loss"),
-        ("learner.mini_batches=3", "learner.mini_batches"),
-        ("learner.old_logprobs=engine", "learner.old_logprobs"),
-        ("learner.negative_odds_cap=0.5", "learner.negative_odds_cap"),
-        ("learner.negative_odds_cap=-1", "learner.negative_odds_cap"),
+        ("learner.loss.clip_low=0", "learner.loss.clip_low"),
+        ("learner.loss.clip_high=-1e-4", "learner.loss.clip_high"),
+        ("learner.loss.name=ppo", "learner.loss.name"),
+        ("learner.optim.mini_batches=3", "learner.optim.mini_batches"),
+        ("learner.loss.old_logprobs=engine", "learner.loss.old_logprobs"),
+        ("learner.loss.negative_odds_cap=0.5", "learner.loss.negative_odds_cap"),
+        ("learner.loss.negative_odds_cap=-1", "learner.loss.negative_odds_cap"),
         ("env.name=chess", "env.name"),
         ("wandb.mode=sometimes", "wandb.mode"),
         ("rollout.top_p=1.5", "rollout.top_p"),
@@ -59,7 +61,7 @@ def test_env_runners_cannot_play_against_a_self_play_snapshot():
         ("rollout.vllm.gpu_memory_utilization=1.5", "rollout.vllm.gpu_memory_utilization"),
         ("warmstart.architecture=llama", "warmstart.architecture"),
         ("rollout.gpus_per_worker=0.5", "rollout.gpus_per_worker"),  # the hf engine is CPU
-        ("learner.gpus=-1", "learner.gpus"),
+        ("learner.resources.gpus=-1", "learner.resources.gpus"),
         ("run_name=../x", "run_name"),
         ("seed", "seed"),
     ],
@@ -72,12 +74,12 @@ def test_bad_values_name_their_key(override, key):
 
 
 def test_sampler_old_logprobs_need_sync_mode_and_no_behaviour_correction():
-    ok = load_config([], ["learner.old_logprobs=sampler"], check_paths=False)
-    assert ok.learner.old_logprobs == "sampler"
-    for other in ("mode=async", "learner.behaviour_is_cap=2"):
+    ok = load_config([], ["learner.loss.old_logprobs=sampler"], check_paths=False)
+    assert ok.learner.loss.old_logprobs == "sampler"
+    for other in ("mode=async", "learner.loss.behaviour_is_cap=2"):
         with pytest.raises(ConfigError) as err:
-            load_config([], ["learner.old_logprobs=sampler", other], check_paths=False)
-        assert err.value.key == "learner.old_logprobs"
+            load_config([], ["learner.loss.old_logprobs=sampler", other], check_paths=False)
+        assert err.value.key == "learner.loss.old_logprobs"
 
 
 @pytest.mark.parametrize("invalid,ok", [(-1.0, False), (-1.5, False), (-1.6, True)])
@@ -176,3 +178,20 @@ def test_cli_rejects_unknown_key_before_anything_heavy_is_imported():
                          text=True, timeout=60)
     assert out.stdout.split() == ["2", "[]"], out.stdout + out.stderr
     assert "no_such.key" in out.stderr
+
+
+@pytest.mark.parametrize("old, new", [("learner.lr=0.1", "learner.optim.lr"),
+                                      ("learner.loss=gspo", "learner.loss.name"),
+                                      ("learner.advantage=turn", "learner.advantage.level"),
+                                      ("learner.checkpoint_every=5", "learner.checkpoint.every"),
+                                      ("learner.resources.gpu_node=1",
+                                       "learner.resources.custom.gpu_node")])
+def test_an_old_flat_learner_key_names_its_new_place(old, new, tmp_path):
+    with pytest.raises(ConfigError, match=f"moved to {new}"):
+        load_config([], [old], check_paths=False)
+    key, value = old.split("=")
+    flat = tmp_path / "old.yaml"
+    flat.write_text(f"learner:\n  {key.split('.', 1)[1].replace('.', ': {')}: {value}"
+                    + "}" * key.count(".", len("learner.")) + "\n")
+    with pytest.raises(ConfigError, match=f"moved to {new}.*from {flat}"):
+        load_config([str(flat)], [], check_paths=False)

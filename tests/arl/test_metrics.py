@@ -52,8 +52,9 @@ def test_the_demo_run_logs_every_signal_to_jsonl_and_wandb(tmp_path, warm_model_
     cfg = load_config(["configs/tictactoe_move.yaml"], [
         f"model.path={warm_model_dir}", f"output_dir={tmp_path}", "steps=3",
         "rollout.groups_per_step=2", "rollout.group_size=4", "rollout.max_new_tokens=24",
-        "rollout.cpus_per_worker=1", "learner.cpus=1", "learner.micro_batch_size=4",
-        "learner.mini_batches=2", "wandb.samples_every=2", "wandb.samples=2"])
+        "rollout.cpus_per_worker=1", "learner.resources.cpus=1",
+        "learner.compute.micro_batch_size=4",
+        "learner.optim.mini_batches=2", "wandb.samples_every=2", "wandb.samples=2"])
     train(cfg, use_ray=False)
     run = tmp_path / "tictactoe_move"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -15,6 +15,7 @@ from arl.model.causal_lm import token_logprobs
 from arl.types import Trajectory
 from tests.builders import (
     grouped_trajectories,
+    learner_cfg,
     random_advantages,
     random_trajectories,
     tiny_learner,
@@ -190,7 +191,7 @@ def test_bad_arguments_are_refused(model_dir):
     with pytest.raises(ValueError, match="dtype"):
         GSPOLearner(model_dir, LearnerConfig(), "float16", total_steps=1, seed=0)
     with pytest.raises(ValueError, match="loss"):
-        GSPOLearner(model_dir, LearnerConfig(loss="ppo"), "float32", total_steps=1, seed=0)
+        GSPOLearner(model_dir, learner_cfg(loss="ppo"), "float32", total_steps=1, seed=0)
 
 
 def test_token_entropy_is_the_entropy_of_each_sampled_token_distribution(model_dir):
@@ -225,7 +226,7 @@ def test_the_entropy_bonus_raises_the_entropy(model_dir):
 
 
 def test_the_bonus_over_decision_tokens_is_the_top_tokens_mean(model_dir):
-    """learner.entropy_tokens = 1: with no advantage the loss is -coef x the mean over rows of
+    """learner.loss.entropy_tokens = 1: with no advantage the loss is -coef x the mean over rows of
     each row's largest token entropy, which no row's mean entropy exceeds."""
     trajectories = random_trajectories(8, seed=12)
     zero = np.zeros(8, dtype=np.float32)
@@ -246,7 +247,8 @@ def _update(learner):
 
 
 def test_bf16_compute_step_agrees_with_fp32(model_dir):
-    """learner.dtype=bfloat16 (fp32 weights, fp32 head and log-ratios) against float32 on the
+    """learner.compute.dtype=bfloat16 (fp32 weights, fp32 head and log-ratios) against float32 on
+    the
     same batch: loss within 2 % (+1e-4), grad norm within 0.5 %, the same number of optimizer
     steps, and weight updates pointing the same way (cosine > 0.99), each within 5 % in size.
     The weights stay fp32."""
@@ -303,7 +305,7 @@ def test_the_first_mini_batch_needs_no_pass_of_its_own_for_old_logprobs(model_di
 
 
 def test_sampler_old_logprobs_anchor_later_mini_batches_without_a_pass(model_dir):
-    """learner.old_logprobs=sampler: mini-batches 2-4 take the engine's log-probs as their
+    """learner.loss.old_logprobs=sampler: mini-batches 2-4 take the engine's log-probs as their
     old log-probs, so the step makes no no-grad pass; the first keeps its own (ratios exactly
     1), and the gap and entropy metrics come from it alone."""
     learner = tiny_learner(model_dir, mini_batches=4, micro_batch_size=4,
@@ -334,7 +336,8 @@ def test_sampler_old_logprobs_anchor_later_mini_batches_without_a_pass(model_dir
 
 
 def test_a_prompt_shared_by_a_group_runs_once_and_changes_nothing(model_dir):
-    """learner.share_prefix: the same step with and without it gives the same loss, grad norm
+    """learner.compute.share_prefix: the same step with and without it gives the same loss, grad
+    norm
     and weights (up to rounding), while the forward passes see far fewer prompt tokens."""
     trajs, adv = grouped_trajectories(4, 4, seed=7), random_advantages(16, seed=7)
     tokens = {}
@@ -359,7 +362,7 @@ def test_a_prompt_shared_by_a_group_runs_once_and_changes_nothing(model_dir):
 
 
 def test_negative_odds_cap_weights_what_the_loss_sees(model_dir, monkeypatch):
-    """learner.negative_odds_cap reaches every micro-batch's loss: the advantages the loss
+    """learner.loss.negative_odds_cap reaches every micro-batch's loss: the advantages the loss
     gets are gspo.negative_odds_weighted's, given the step's old log-probs, the mask and the
     cap. With the weighting stood in by x3 on negative advantages, a step at lr 0 (ratio 1,
     loss -mean A) reports three times the loss of all-negative advantages."""

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from arl.config import LearnerConfig
 from arl.learner.gspo_learner import GSPOLearner
 from arl.model.checkpoint.store import (
     DATA_FILES,
@@ -21,6 +20,7 @@ from arl.model.checkpoint.store import (
     save_checkpoint,
 )
 from arl.types import Trajectory
+from tests.builders import learner_cfg
 
 EXTRA = {"run_name": "t", "rollout_seed": 7, "nested": {"a": [1, 2.5, None]}}
 
@@ -46,7 +46,7 @@ def _batch(seed, count=8):
 
 
 def _learner(model_dir):
-    cfg = LearnerConfig(lr=1e-3, mini_batches=2, micro_batch_size=2, weight_decay=0.01,
+    cfg = learner_cfg(lr=1e-3, mini_batches=2, micro_batch_size=2, weight_decay=0.01,
                         warmup_steps=2, lr_schedule="cosine")
     return GSPOLearner(model_dir, cfg, "bfloat16", total_steps=6, seed=3)
 

@@ -1,4 +1,5 @@
-"""Data-parallel learners (learner.num_workers = M): M Ray actors in one gloo group take the
+"""Data-parallel learners (learner.resources.num_workers = M): M Ray actors in one gloo group
+take the
 same update as one learner, and the loop trains with them."""
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ import numpy as np
 import pytest
 
 from arl.app.train import train
-from arl.config import LearnerConfig, ModelConfig, load_config
-from tests.builders import random_trajectories
+from arl.config import ModelConfig, load_config
+from tests.builders import learner_cfg, random_trajectories
 
 
 def _trajectories(count: int, seed: int):
@@ -24,7 +25,7 @@ def _group(tiny_model_dir: str, world: int, backend: str = "torch", zero_stage: 
     # lr large enough that two steps move every weight; 3 mini-batches of 13 over 39
     # sequences, micro-batches of 3: of 2 ranks, one gets 7 rows of each mini-batch (3
     # micro-batches) and the other 6 (2, plus a filler pass where the backend needs one).
-    cfg = LearnerConfig(lr=1e-3, mini_batches=3, micro_batch_size=3, backend=backend,
+    cfg = learner_cfg(lr=1e-3, mini_batches=3, micro_batch_size=3, backend=backend,
                         zero_stage=zero_stage)
     group = ActorGroup(LearnerActor, [(ModelConfig(path=tiny_model_dir, dtype="float32"),
                                         cfg, 10, 0, 1.0, 1)] * world, num_cpus=1)
@@ -167,7 +168,7 @@ def test_deepspeed_skips_a_non_finite_step_and_changes_nothing(reference, tiny_m
 def test_loop_trains_with_two_learners(tmp_path, warm_model_dir):
     cfg = load_config(["configs/ci.yaml"], [
         f"model.path={warm_model_dir}", f"output_dir={tmp_path}", "ray.address=local",
-        "learner.num_workers=2", "ray.num_cpus=3", "learner.checkpoint_every=1"])
+        "learner.resources.num_workers=2", "ray.num_cpus=3", "learner.checkpoint.every=1"])
     train(cfg, use_ray=True)
     with open(tmp_path / "ci" / "metrics.jsonl") as f:
         rows = [json.loads(line) for line in f]

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests.builders import learner_cfg
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
@@ -16,7 +18,6 @@ pytestmark = [
 
 
 def test_learner_step_on_the_gpu_matches_the_cpu(warm_model_dir):
-    from arl.config import LearnerConfig
     from arl.learner.gspo_learner import GSPOLearner
     from arl.types import Trajectory
 
@@ -32,7 +33,7 @@ def test_learner_step_on_the_gpu_matches_the_cpu(warm_model_dir):
             reward=float(i % 2), group_id=i // 4, policy_version=0, num_turns=1,
             num_tool_calls=1, num_invalid_calls=0, episode_id=i))
     advantages = np.array([1.0, -1.0] * 4, dtype=np.float32)
-    cfg = LearnerConfig(mini_batches=2, micro_batch_size=4)
+    cfg = learner_cfg(mini_batches=2, micro_batch_size=4)
     cpu = GSPOLearner(warm_model_dir, cfg, "float32", 10, seed=0)
     gpu = GSPOLearner(warm_model_dir, dataclasses.replace(cfg, gpus=1.0), "float32", 10, seed=0)
     assert next(gpu.model.parameters()).is_cuda

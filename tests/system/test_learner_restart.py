@@ -23,7 +23,7 @@ RESTARTS = "learner/restarts"
 
 
 def _command(model_dir, out_dir, *extra):
-    return train_command(model_dir, out_dir, STEPS, "learner.checkpoint_every=4", *extra)
+    return train_command(model_dir, out_dir, STEPS, "learner.checkpoint.every=4", *extra)
 
 
 _env = subprocess_env
@@ -113,11 +113,13 @@ def test_two_learner_kills_in_a_sync_run_give_the_uninterrupted_metrics(tmp_path
 @pytest.mark.slow
 def test_a_learner_death_past_max_restarts_stops_with_a_resumable_checkpoint(
         tmp_path, warm_model_dir):
-    code, stderr = _run_with_kills(_command(warm_model_dir, tmp_path, "learner.max_restarts=0"),
-                                   tmp_path, (0, 5, False))
+    code, stderr = _run_with_kills(
+        _command(warm_model_dir, tmp_path, "learner.checkpoint.max_restarts=0"), tmp_path,
+        (0, 5, False))
     assert code == 3, stderr[-3000:]
     last = stderr.strip().splitlines()[-1]
-    assert "learner.max_restarts=0" in last and "resume=auto continues from" in last, last
+    assert "learner.checkpoint.max_restarts=0" in last, last
+    assert "resume=auto continues from" in last, last
     resumed = subprocess.run(_command(warm_model_dir, tmp_path, "resume=auto"), cwd=ROOT,
                              env=_env(), capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -128,9 +130,10 @@ def test_a_learner_death_past_max_restarts_stops_with_a_resumable_checkpoint(
 def test_one_rank_of_a_zero2_group_killed_the_group_is_rebuilt_and_the_run_completes(
         tmp_path, warm_model_dir):
     pytest.importorskip("deepspeed")
-    command = _command(warm_model_dir, tmp_path, "steps=8", "learner.num_workers=2",
-                       "learner.backend=deepspeed", "learner.zero_stage=2", "ray.num_cpus=3",
-                       "learner.collective_timeout_s=60")
+    command = _command(warm_model_dir, tmp_path, "steps=8", "learner.resources.num_workers=2",
+                       "learner.resources.backend=deepspeed", "learner.resources.zero_stage=2",
+                       "ray.num_cpus=3",
+                       "learner.resources.collective_timeout_s=60")
     code, stderr = _run_with_kills(command, tmp_path, (0, 5, True))  # rank 1; 0 survives
     assert code == 0, stderr[-3000:]
     rows = _rows(tmp_path)

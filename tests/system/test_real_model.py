@@ -68,7 +68,7 @@ def test_three_gspo_steps_of_smollm2_on_cpu(tmp_path):
 
     cfg = load_config([CONFIG], [
         f"model.path={GGUF}", "steps=3", "rollout.groups_per_step=2", "rollout.group_size=4",
-        "learner.mini_batches=2", "learner.micro_batch_size=4", "wandb.mode=disabled",
+        "learner.optim.mini_batches=2", "learner.compute.micro_batch_size=4", "wandb.mode=disabled",
         f"output_dir={tmp_path}", "ray.address=local"])
     metrics = train(cfg, use_ray=True)
     run = tmp_path / "tictactoe_move_smollm2"

@@ -20,7 +20,7 @@ KILL_AFTER = 3  # steps logged before the kill: a fixed point, the same in every
 
 
 def _command(model_dir, out_dir, *extra):
-    return train_command(model_dir, out_dir, STEPS, "learner.checkpoint_every=1", *extra)
+    return train_command(model_dir, out_dir, STEPS, "learner.checkpoint.every=1", *extra)
 
 
 _env = subprocess_env
@@ -81,7 +81,7 @@ def test_kill_9_then_resume_auto_matches_an_uninterrupted_run(tmp_path, warm_mod
 def test_sigterm_saves_a_checkpoint_then_exits(tmp_path, warm_model_dir):
     from arl.model.checkpoint.store import load_checkpoint
 
-    command = _command(warm_model_dir, tmp_path, "steps=500", "learner.checkpoint_every=0")
+    command = _command(warm_model_dir, tmp_path, "steps=500", "learner.checkpoint.every=0")
     proc = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     metrics = tmp_path / "ci" / "metrics.jsonl"
@@ -105,7 +105,7 @@ def test_sigterm_saves_a_checkpoint_then_exits(tmp_path, warm_model_dir):
 def test_a_truncated_newest_checkpoint_names_the_intact_one_and_resume_step_n_uses_it(
         tmp_path, warm_model_dir):
     first = subprocess.run(_command(warm_model_dir, tmp_path, "steps=4",
-                                    "learner.checkpoint_every=2"),
+                                    "learner.checkpoint.every=2"),
                            cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
     folder = tmp_path / "ci" / "checkpoints"

@@ -63,7 +63,7 @@ def test_previous_run_is_moved_aside(tmp_path, warm_model_dir):
 
 @pytest.mark.parametrize("loss", ["gspo_token", "grpo"])
 def test_other_losses_run(tmp_path, warm_model_dir, loss):
-    cfg = ci_config(warm_model_dir, tmp_path, f"learner.loss={loss}", "steps=1")
+    cfg = ci_config(warm_model_dir, tmp_path, f"learner.loss.name={loss}", "steps=1")
     metrics = train(cfg, use_ray=False)
     assert metrics["learner/loss"] == metrics["learner/loss"]  # finite, not NaN
 
@@ -81,7 +81,7 @@ def test_non_finite_steps_in_a_row_save_a_checkpoint_and_stop(tmp_path, warm_mod
         return torch.full_like(rewards, float("nan"))
 
     monkeypatch.setattr(driver, "group_advantages", nan_advantages)
-    cfg = ci_config(warm_model_dir, tmp_path, "steps=5", "learner.max_nonfinite_in_row=3")
+    cfg = ci_config(warm_model_dir, tmp_path, "steps=5", "learner.optim.max_nonfinite_in_row=3")
     with pytest.raises(driver.NonFiniteError, match="3 optimizer steps in a row"):
         train(cfg, use_ray=False)
     rows = metrics_rows(tmp_path / "ci", untimed=False)
@@ -127,7 +127,7 @@ def test_resume_auto_continues_and_refuses_a_tampered_checkpoint(tmp_path, warm_
     from arl.model.checkpoint.store import CheckpointError, load_checkpoint
 
     whole = train(ci_config(warm_model_dir, tmp_path / "a", "steps=3"), use_ray=False)
-    train(ci_config(warm_model_dir, tmp_path / "b", "steps=2", "learner.checkpoint_every=1",
+    train(ci_config(warm_model_dir, tmp_path / "b", "steps=2", "learner.checkpoint.every=1",
                "wandb.mode=offline"), use_ray=False)
     partial = tmp_path / "b" / "ci" / "checkpoints" / ".step_000003.tmp-x1"
     partial.mkdir()  # what a crash in the middle of a checkpoint write leaves

@@ -28,7 +28,7 @@ def test_collective_transports_are_checked_before_ray():
     with pytest.raises(ConfigError, match="weight_sync.transport"):
         load_config(["configs/ci.yaml"], ["weight_sync.transport=gloo", "mode=async"],
                     check_paths=False)
-    with pytest.raises(ConfigError, match="learner.gpus"):
+    with pytest.raises(ConfigError, match="learner.resources.gpus"):
         load_config(["configs/ci.yaml"], ["weight_sync.transport=nccl"], check_paths=False)
 
 
