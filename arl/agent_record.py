@@ -11,7 +11,7 @@ response body. The record is token-exact, as in arl/episode.py:
   never re-tokenised and earlier turns never re-rendered.
 - A request that does not extend it (the agent dropped or summarised turns, changed the
   tools) starts a new training row, rendered whole; counted in `rollout/prefix_splits`. The
-  learner trains each row as its own sequence with weight 1/rows (learner/collate.py).
+  learner trains each row as its own sequence with weight 1/rows (arl/learner/collate.py).
 - Every assistant message in a request must be a reply this endpoint sampled in this
   episode: a history may drop turns but not rewrite what the model said.
 

@@ -1,6 +1,7 @@
-"""Per-step metrics: what the rollouts say (the sinks they go to live in app/sinks.py).
+"""Per-step metrics: what the rollouts say (the sinks they go to live in arl/app/sinks.py).
 
-Metric names are namespaced (rollout/, gspo/, learner/, timing/, perf/); DESIGN.md §3.
+Metric names are namespaced (rollout/, gspo/, learner/, timing/, perf/): docs/ARCHITECTURE.md,
+Glossary.
 """
 
 from __future__ import annotations

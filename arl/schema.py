@@ -204,7 +204,7 @@ class Config:
     steps: int = opt(400, "learner steps (one rollout batch each)", check="positive")
     output_dir: str = opt("runs", "where runs/<run_name>/ goes; relative paths of a Ray job "
                           "resolve under $ARL_HOME/runs")
-    mode: str = opt("sync", "async: generation overlaps training (actors/pipeline.py)",
+    mode: str = opt("sync", "async: generation overlaps training (arl/actors/pipeline.py)",
                     choices=("sync", "async"))
     max_staleness: int = opt(1, "async: most learner versions a trained-on trajectory may "
                              "lag", check="non_negative")

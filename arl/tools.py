@@ -1,8 +1,8 @@
 """Tool schemas and tool calls in the Hermes/Qwen style: `<tool_call>{json}</tool_call>`.
 
 Model output is data: it is parsed with `json` only and validated against the tool's schema
-(`arl.tool_schema`). A turn holds at most one call and ends at it (DESIGN.md §6: a reward that
-ignores text after the call lets the policy drift into junk).
+(`arl.tool_schema`). A turn holds at most one call and ends at it (docs/ARCHITECTURE.md,
+Lessons: a reward that ignores text after the call lets the policy drift into junk).
 
 A turn is judged in this order; the first failure is the result:
   1. tags       no opening tag → MISSING; a stray, missing or repeated closing tag → MALFORMED;

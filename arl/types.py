@@ -1,6 +1,6 @@
 """Typed records that cross module and process boundaries, and the glossary they use.
 
-Glossary (one name per concept in code, config and metrics; see DESIGN.md §3):
+Glossary (one name per concept in code, config and metrics; see docs/ARCHITECTURE.md):
   group_size        trajectories per start state (G)
   advantages        group-normalised rewards, one per trajectory
   logprobs          per-token log-prob under the weights being trained, [B, T]
@@ -173,7 +173,7 @@ class Trajectory:
                       an env's episode whose steps restart the conversation
                       (EnvStep.restart), is several rows back to back; () for one row. The
                       learner trains each row as a sequence of its own with weight 1/rows
-                      (learner/collate.py)
+                      (arl/learner/collate.py)
     metrics           per-episode counts and an agent's own metrics, by metric name
     """
 

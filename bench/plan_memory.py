@@ -32,7 +32,7 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024)
 
 
 def estimate(shape, b: int, t: int) -> int:
-    """The plan's learner activations + logits (app/plan.py), gradients included here
+    """The plan's learner activations + logits (arl/app/plan.py), gradients included here
     because the probe's peak includes their allocation."""
     return activation_bytes(shape, b, t) + logits_bytes(shape, b, t) + 4 * shape.params
 

@@ -36,9 +36,10 @@ def require_resources(cfg: Config) -> None:
         require_resource(gpus, "learner.resources.num_workers * learner.resources.gpus + "
                          "rollout.num_workers * rollout.gpus_per_worker", "GPU")
     for name in set(cfg.learner.resources.custom) | set(cfg.rollout.resources):
-        needed = (m * cfg.learner.resources.get(name, 0.0)
+        needed = (m * cfg.learner.resources.custom.get(name, 0.0)
                   + w * cfg.rollout.resources.get(name, 0.0))
-        require_resource(needed, f"learner.resources.num_workers * learner.resources.{name} + "
+        require_resource(needed, "learner.resources.num_workers * "
+                         f"learner.resources.custom.{name} + "
                          f"rollout.num_workers * rollout.resources.{name}", name)
 
 

@@ -169,7 +169,7 @@ class RolloutPool:
 
 def _env_runners(cfg: Config, use_ray: bool, shipped: ShippedModel | None
                  ) -> ActorGroup | None:
-    """`rollout.env_actors` env runners for each rollout worker (actors/env_runner.py),
+    """`rollout.env_actors` env runners for each rollout worker (arl/actors/env_runner.py),
     named `<run>-env-<i>`, rebuilt by Ray like the workers; None without any."""
     r = cfg.rollout
     if not r.env_actors:

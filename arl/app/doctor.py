@@ -201,7 +201,7 @@ def resource_checks(cfg: Config, cluster: dict[str, float] | None) -> list[Check
     where = "the running cluster" if cluster is not None else "this machine"
     needs = {"GPU": m * cfg.learner.resources.gpus + w * cfg.rollout.gpus_per_worker}
     for name in set(cfg.learner.resources.custom) | set(cfg.rollout.resources):
-        needs[name] = (m * cfg.learner.resources.get(name, 0.0)
+        needs[name] = (m * cfg.learner.resources.custom.get(name, 0.0)
                        + w * cfg.rollout.resources.get(name, 0.0))
     checks = []
     for name, amount in sorted(needs.items()):

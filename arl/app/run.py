@@ -2,7 +2,7 @@
 
 Layout of `runs/<run_name>/`: config.json, metrics.jsonl (one JSON object per step),
 samples.jsonl (sample conversations every `wandb.samples_every` steps), curves.png,
-report.html (the curves and sample games, app/report.py),
+report.html (the curves and sample games, arl/app/report.py),
 checkpoints/step_<n>/ and checkpoints/latest, wandb/. A previous run of the same name is moved aside
 to `<run_name>.prev-<k>`, never overwritten, unless the run resumes it (`resume=auto` and a
 checkpoint exists): then metrics.jsonl keeps its rows before the checkpoint's step and goes on.

@@ -2,7 +2,7 @@
 
 Sync mode, as in the GSPO paper: collect groups with weights v -> group advantages ->
 learner step -> push weights v+1 -> log. Async mode overlaps generation and training within
-a staleness bound (actors/pipeline.py). Everything heavy lives behind `actors/`.
+a staleness bound (arl/actors/pipeline.py). Everything heavy lives behind `actors/`.
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ def _first_informative(cfg: Config, summaries: list[EpisodeSummary],
 
 
 def _async_steps(cfg: Config, cluster: Cluster, start: int) -> Iterator[tuple[int, StepDone]]:
-    """Async mode (actors/pipeline.py): workers keep generating within `max_staleness`
+    """Async mode (arl/actors/pipeline.py): workers keep generating within `max_staleness`
     versions while the learner trains; weights are published without stopping them."""
     source = AsyncRollouts(cluster, cfg, start)
     try:

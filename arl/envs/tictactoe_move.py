@@ -3,7 +3,7 @@
 Board distribution (`opening_board`): from the empty board, play k uniformly random moves with
 k uniform in 2..7 (X first), and draw again while the result is won or full, or belongs to
 the tenth of symmetry classes held out for evaluation (`rules.held_out`: the positions files
-of `envs/tictactoe_positions.py` come from those, so they are boards training never shows).
+of `arl/envs/tictactoe_positions.py` come from those, so they are boards training never shows).
 The agent is whoever is to move, so it plays X on even k and O on odd k. Boards start with at
 least `cfg.min_marks` marks (2 by default: on the empty or one-mark board nearly every move is
 minimax-best and no move is illegal, so those positions say little about the policy; 0 adds

@@ -1,6 +1,6 @@
 """Training backends: who owns the optimizer, applies gradients and gathers full weights.
 
-`GSPOLearner` (learner/gspo_learner.py) computes losses; a backend turns them into updates.
+`GSPOLearner` (arl/learner/gspo_learner.py) computes losses; a backend turns them into updates.
 Every backend honours one contract, so the learner step and its numbers are the same
 whichever runs (`learner.resources.backend`):
 
@@ -22,9 +22,9 @@ whichever runs (`learner.resources.backend`):
                         size, so a checkpoint resumes under any of them
   load_state(p, o)      restore what `checkpoint_state` returned (every rank)
 
-`TorchBackend` (learner/torch_backend.py) is plain torch: AdamW on this process's parameters
-and, in a group, one flat all-reduce of the gradients (learner/distributed.py).
-`learner/deepspeed_backend.py` hosts DeepSpeed ZeRO 1-3.
+`TorchBackend` (arl/learner/torch_backend.py) is plain torch: AdamW on this process's parameters
+and, in a group, one flat all-reduce of the gradients (arl/learner/distributed.py).
+`arl/learner/deepspeed_backend.py` hosts DeepSpeed ZeRO 1-3.
 """
 
 from __future__ import annotations

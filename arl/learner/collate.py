@@ -1,7 +1,7 @@
 """Trajectories -> padded torch tensors, and row selections of them (mini- and micro-batches).
 
 Token ids are used exactly as the rollout engine produced them: nothing is decoded or
-re-tokenised here (DESIGN.md §1), so the trained tokens are the sampled tokens.
+re-tokenised here (docs/ARCHITECTURE.md, Lessons), so the trained tokens are the sampled tokens.
 
 Layout: right padding; T = the longest row in the batch. Pad positions have
 attention_mask 0, loss_mask 0 and sampler/old logprobs 0, so they never reach a loss.

@@ -2,7 +2,7 @@
 passes every rank makes, and the sums and gathers that make every rank report on the whole
 batch. With one learner (world 1) every method is the identity.
 
-The GSPO step (learner/gspo_learner.py) stays single-rank: it asks this module for its share
+The GSPO step (arl/learner/gspo_learner.py) stays single-rank: it asks this module for its share
 of each mini-batch and for the group's totals, and the backend sums the gradients.
 """
 

@@ -1,6 +1,6 @@
 """DeepSpeed ZeRO stage 1-3 as a training backend (`learner.resources.backend: deepspeed`).
 
-The contract is learner/backend.py's; what differs from plain torch:
+The contract is arl/learner/backend.py's; what differs from plain torch:
 - DeepSpeed partitions the AdamW state (stage 1), the gradients too (2) and the parameters
   too (3) over the data-parallel group, and does its own reduction, clipping and overflow
   check (a non-finite gradient skips the step, leaving weights and AdamW state unchanged).

@@ -13,10 +13,10 @@ One learner step = one rollout batch:
      the clip matters. A non-finite loss or grad norm (DeepSpeed: a non-finite gradient)
      skips that optimizer step, leaving parameters and optimizer state untouched, and is
      counted;
-  4. version += 1. The LR schedule counts learner steps, not optimizer steps (learner/optim.py).
+  4. version += 1. The LR schedule counts learner steps, not optimizer steps (arl/learner/optim.py).
 
-With M data-parallel ranks (learner/data_parallel.py), each trains on its slice of every
-mini-batch and the backend (learner/backend.py: torch, or DeepSpeed ZeRO 1-3) sums gradients
+With M data-parallel ranks (arl/learner/data_parallel.py), each trains on its slice of every
+mini-batch and the backend (arl/learner/backend.py: torch, or DeepSpeed ZeRO 1-3) sums gradients
 over the group; the step itself is written for one rank.
 
 old_logprobs are recomputed here, by the learner, at the start of the step: in sync mode they
@@ -109,7 +109,7 @@ class GSPOLearner:
         return self.counters["version"]
 
     def join_group(self, rank: int, world: int, address: str, port: int) -> None:
-        """Become rank `rank` of `world` data-parallel learners (learner/distributed.py):
+        """Become rank `rank` of `world` data-parallel learners (arl/learner/distributed.py):
         from now on each step trains on this rank's slice and sums gradients over the group."""
         self.backend.join_group(rank, world, address, port)
 
@@ -208,11 +208,11 @@ class GSPOLearner:
         return mini
 
     def export_weights(self) -> dict[str, np.ndarray]:
-        """Full fp32 weights under HF names (learner/snapshot.py); {} on ranks other than 0."""
+        """Full fp32 weights under HF names (arl/learner/snapshot.py); {} on ranks other than 0."""
         return snapshot.export_weights(self.backend)
 
     def state_dict_for_checkpoint(self) -> LearnerState | None:
-        """Parameters, AdamW state and counters (learner/snapshot.py); None off rank 0."""
+        """Parameters, AdamW state and counters (arl/learner/snapshot.py); None off rank 0."""
         return snapshot.checkpoint_state(self.backend, self.counters)
 
     def load_checkpoint_state(self, state: LearnerState) -> None:
@@ -229,7 +229,7 @@ def _trainable_model(model_path: str, cfg: LearnerConfig, device: torch.device
     if device.type == "cpu":
         # torch's CPU SDPA kernel is slow for training with small bf16 heads: SmolLM2-135M,
         # 16 x 160 tokens, bf16 forward + backward took 13.3 s with it, 9.0 s eager (the
-        # tiny model: 0.51 and 0.31 s, warmstart/sft.py); in fp32 the two are alike.
+        # tiny model: 0.51 and 0.31 s, arl/warmstart/sft.py); in fp32 the two are alike.
         model.set_attn_implementation("eager")
     if cfg.lora.rank > 0:  # adapters only: AdamW state for them alone (arl/model/lora.py)
         model = apply_lora(model, cfg.lora)

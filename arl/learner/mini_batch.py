@@ -1,4 +1,4 @@
-"""One mini-batch of a GSPO learner step (learner/gspo_learner.py): forward passes of its
+"""One mini-batch of a GSPO learner step (arl/learner/gspo_learner.py): forward passes of its
 micro-batches under the current weights, and the optimizer step that accumulates their
 gradients. Batches stay on the CPU until a micro-batch's pass moves it to the device."""
 

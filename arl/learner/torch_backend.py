@@ -1,5 +1,5 @@
 """The plain torch training backend: AdamW in this process and, in a data-parallel group,
-one flat all-reduce of the gradients (the contract is learner/backend.py's)."""
+one flat all-reduce of the gradients (the contract is arl/learner/backend.py's)."""
 
 from __future__ import annotations
 

@@ -70,7 +70,7 @@ class LearnerWorker:
         return os.getpid()
 
     def join_group(self, rank: int, world: int, address: str, port: int) -> None:
-        """Become rank `rank` of `world` data-parallel learners (learner/distributed.py)."""
+        """Become rank `rank` of `world` data-parallel learners (arl/learner/distributed.py)."""
         self.learner.join_group(rank, world, address, port)
 
     def export_weights(self) -> dict[str, np.ndarray]:

@@ -2,7 +2,7 @@
 rollout worker (`weight_sync.transport`).
 
 object_store (the default, one node): learner rank 0 exports its weights once, Ray puts them
-    in the object store, and every rollout worker maps that one copy (actors/weight_sync.py).
+    in the object store, and every rollout worker maps that one copy (arl/actors/weight_sync.py).
 nccl | gloo (a collective): learner rank 0 and the W rollout workers form a process group of
     their own, 1 + W members (NCCL between GPUs; gloo over TCP between CPU processes, e.g. CPU
     nodes of a cluster). Each sync is one control call per member; learner rank 0 then

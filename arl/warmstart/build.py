@@ -145,7 +145,7 @@ def _base_identity(base: str) -> dict[str, str]:
 def _demos(cfg: Config, env_cfg) -> tuple[list, list]:
     """(the one-env transcripts, the full-game ones): tic-tac-toe's own for the one-move
     task (with `warmstart.game_fraction` from full games), else any env whose spec names its
-    legal calls (warmstart/env_demos.py)."""
+    legal calls (arl/warmstart/env_demos.py)."""
     from arl.warmstart.demos import game_examples, warmstart_examples
     from arl.warmstart.env_demos import env_examples
 

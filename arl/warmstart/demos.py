@@ -3,7 +3,7 @@
 The warm start must teach the chat and tool-call format but no strategy, and leave enough
 mistakes that RL has something to fix: on the tictactoe_move table a random legal move
 averages about +0.47, so a start near -0.5 needs about two thirds of its calls invalid or
-illegal (DESIGN.md section 6). Hence three kinds of target:
+illegal (docs/ARCHITECTURE.md, Lessons). Hence three kinds of target:
   legal      a well-formed call on a uniformly random empty square (not minimax)
   illegal    a well-formed call on a uniformly random occupied square
   malformed  a realistic mistake that does not parse to a valid call

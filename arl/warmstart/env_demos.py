@@ -1,6 +1,6 @@
 """Warm-start transcripts for any env whose spec names its legal calls (`EnvSpec.legal_calls`).
 
-The same honest recipe as the tic-tac-toe transcripts (warmstart/demos.py): the format and
+The same honest recipe as the tic-tac-toe transcripts (arl/warmstart/demos.py): the format and
 uniformly random legal moves, no strategy. An episode is played with uniformly random legal
 calls for a uniformly random number of the agent's turns (redrawn if it ends there); the
 conversation so far is the prompt, and the target is one more uniformly random legal call, or

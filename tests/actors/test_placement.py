@@ -37,3 +37,14 @@ def test_an_unplaceable_group_fails_fast_naming_the_key(warm_model_dir):
         with Cluster(cfg):
             pass
     assert not ray.is_initialized()
+
+
+def test_custom_resources_the_cluster_lacks_fail_fast_naming_the_keys(warm_model_dir):
+    """learner.resources.custom and rollout.resources are counted before any actor starts."""
+    import ray
+
+    cfg = _cfg(warm_model_dir, "learner.resources.custom={gpu_node: 1}")
+    with pytest.raises(RuntimeError, match="learner.resources.custom.gpu_node"):
+        with Cluster(cfg):
+            pass
+    assert not ray.is_initialized()

@@ -144,7 +144,8 @@ def test_one_move_per_episode():
 
 
 def test_a_random_legal_move_averages_about_plus_0_47():
-    """The table's baseline that the warm-start mix is tuned against (DESIGN.md section 6)."""
+    """The table's baseline that the warm-start mix is tuned against (docs/ARCHITECTURE.md,
+    Lessons)."""
     total = 0.0
     for seed in range(2000):
         board = opening_board(seed)

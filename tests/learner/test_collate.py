@@ -1,4 +1,4 @@
-"""learner/collate.py: right padding, masks and advantages in place, ids kept exactly."""
+"""arl/learner/collate.py: right padding, masks and advantages in place, ids kept exactly."""
 
 import dataclasses
 

@@ -1,4 +1,4 @@
-"""learner/gspo_learner.py + learner/optim.py on a real tiny Qwen2 (hidden 64, 2 layers, 2
+"""arl/learner/gspo_learner.py + arl/learner/optim.py on a real tiny Qwen2 (hidden 64, 2 layers, 2
 heads)."""
 
 import math

@@ -1,4 +1,5 @@
-"""learner/checkpoint.py: exact round trip through a fresh learner, hash checks, no pickle."""
+"""arl/model/checkpoint/store.py: exact round trip through a fresh learner, hash checks, no
+pickle."""
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""warmstart/build.py with `warmstart.base`: a format warm-up of an existing model (here a
+"""arl/warmstart/build.py with `warmstart.base`: a format warm-up of an existing model (here a
 real tiny transformers model standing in for a pretrained one), cached by what it depends on."""
 
 from __future__ import annotations
