@@ -126,7 +126,10 @@ def test_two_node_config_places_actors_on_their_nodes(cluster_env):
 
 
 def _ray_list(env: dict, what: str) -> list[dict]:
-    out = _sh(f"ray list {what} --detail --format json --limit 1000", env, timeout=120)
+    # As the README's own `ray list`: the CLI sends the cluster's token (~/.ray/auth_token)
+    # only in token mode, which a head may require whatever the client's environment says.
+    out = _sh(f"RAY_AUTH_MODE=token ray list {what} --detail --format json --limit 1000", env,
+              timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     return json.loads(out.stdout)
 
