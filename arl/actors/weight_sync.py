@@ -48,9 +48,14 @@ class ObjectStoreSync:
         self._weights: Any = None  # this version's copy in the object store, once exported
 
     def publish(self, version: int) -> list[Any]:
-        self.version, self._weights = version, None
+        self.advance(version)
         return self.rollout.submit("update_weights", [(self.exported(), version)]
                                    * len(self.rollout))
+
+    def advance(self, version: int) -> None:
+        """The learner's weights are now `version`: the copy of the last one is stale (the new
+        one is exported when first needed)."""
+        self.version, self._weights = version, None
 
     def exported(self) -> Any:
         """The current version in the object store, exported at most once."""
@@ -79,7 +84,7 @@ class CollectiveSync:
         return self.fallback.version
 
     def publish(self, version: int) -> list[Any]:
-        self.fallback.version, self.fallback._weights = version, None
+        self.fallback.advance(version)  # a rebuilt worker gets this version from the store
         if not self.formed:
             self._form()
         self._sends = self.learner.broadcast()

@@ -20,9 +20,8 @@ from __future__ import annotations
 import os
 
 from arl.errors import ModelUnavailable
-from arl.files import sha256_file
 from arl.model.checkpoint.runs import checkpoint_under
-from arl.model.checkpoint.store import MANIFEST_FILE
+from arl.model.checkpoint.store import manifest_digest
 from arl.model_source import HUB_PREFIX, cache_dir, local_path, model_source
 
 CHECKPOINT_MODELS = "checkpoints"  # under $ARL_HOME/models
@@ -61,7 +60,7 @@ def exported(checkpoint: str) -> str:
 
     checkpoint = os.path.abspath(checkpoint)
     run = os.path.basename(os.path.dirname(os.path.dirname(checkpoint))) or "run"
-    digest = sha256_file(os.path.join(checkpoint, MANIFEST_FILE))[:12]
+    digest = manifest_digest(checkpoint)[:12]
     target = cache_dir(CHECKPOINT_MODELS, f"{run}-{os.path.basename(checkpoint)}-{digest}")
     if not os.path.isfile(os.path.join(target, "config.json")):
         export_checkpoint(checkpoint, target)  # atomic: the folder appears complete or not

@@ -210,6 +210,12 @@ def read_manifest(root: Path) -> dict[str, Any]:
     return manifest
 
 
+def manifest_digest(root: str | os.PathLike) -> str:
+    """The sha256 of a checkpoint's manifest, which holds every file's hash: a name for the
+    checkpoint's contents (what a cache of its exports is keyed by)."""
+    return sha256_file(Path(root) / MANIFEST_FILE)
+
+
 def model_files(root: str | os.PathLike) -> dict[str, bytes]:
     """The model folder files of a checkpoint's hf/ (config, tokenizer, chat template: no
     weights), file name -> bytes, each read once and checked against the manifest's sha256.
