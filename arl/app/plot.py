@@ -7,9 +7,10 @@ faintly and a trailing mean of `SMOOTH_STEPS` steps on top.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
+
+from arl.app.jsonl import json_rows
 
 SMOOTH_STEPS = 10
 
@@ -57,15 +58,7 @@ def read_metrics(path: str) -> list[dict[str, float]]:
     """Rows of metrics.jsonl, with the derived series the dashboard shows (`quality/...`).
     A line that is not a JSON object with a step (the last one, cut short by a crash or
     still being written) is passed over."""
-    rows = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                row = json.loads(line)
-            except (json.JSONDecodeError, RecursionError):
-                continue
-            if isinstance(row, dict) and isinstance(row.get("step"), int):
-                rows.append(row)
+    rows = [row for _, row in json_rows(path) if isinstance(row.get("step"), int)]
     for row in rows:
         if "rollout/outcome_best" in row:  # the one-move task: a best move or a win
             row["quality/best_or_win"] = (row["rollout/outcome_best"] or 0.0) + (

@@ -19,6 +19,7 @@ import json
 import math
 import os
 
+from arl.app.jsonl import json_rows
 from arl.app.plot import PANELS, SMOOTH_STEPS, metrics_file, read_metrics, series, trailing_mean
 
 REPORT_FILE = "report.html"
@@ -84,17 +85,7 @@ def _panel_series(rows: list[dict], keys: tuple[str, ...]):
 def _games(path: str) -> list[dict]:
     """The newest sample conversations of samples.jsonl, as {step, reward, outcome,
     messages: [{role, content}]} (rows from before messages were recorded keep their text)."""
-    if not os.path.isfile(path):
-        return []
-    rows = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                row = json.loads(line)
-            except (json.JSONDecodeError, RecursionError):  # a line cut by a crash
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
+    rows = [row for _, row in json_rows(path)]
     games = []
     for row in rows[-GAMES_SHOWN:][::-1]:
         messages = row.get("messages")

@@ -16,6 +16,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from arl.app.jsonl import json_rows
 from arl.app.plot import plot_run
 from arl.app.report import write_report
 from arl.app.sinks import JsonlLogger, WandbLogger
@@ -231,17 +232,8 @@ def _move_aside(path: str) -> None:
 def _keep_rows_before(path: str, step: int) -> None:
     """Rewrite metrics.jsonl (atomically) with only the rows of steps before `step`: the
     steps after the checkpoint are played again."""
-    rows = []
-    if os.path.exists(path):
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                try:
-                    row = json.loads(line)
-                except (json.JSONDecodeError, RecursionError):  # a line cut by the crash
-                    continue
-                if isinstance(row, dict) and isinstance(row.get("step"), int) and \
-                        row["step"] < step:
-                    rows.append(line if line.endswith("\n") else line + "\n")
+    rows = [line if line.endswith("\n") else line + "\n" for line, row in json_rows(path)
+            if isinstance(row.get("step"), int) and row["step"] < step]
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.writelines(rows)

@@ -28,6 +28,14 @@ def read_verified(root: Path, name: str, meta: dict[str, Any]) -> bytes:
     """The bytes of the checkpoint file `name`, read once through a descriptor that refuses
     symbolic links, and checked against its manifest entry `meta` (size, sha256)."""
     path = inside(root, name)
+    data = _read_regular(path, int(meta.get("bytes", 0)) + 1)
+    check_bytes(path, len(data), hashlib.sha256(data).hexdigest(), meta)
+    return data
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    """At most `limit` bytes of the regular file at `path`, opened without following a
+    symbolic link; CheckpointError if it is anything else."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as err:
@@ -36,9 +44,7 @@ def read_verified(root: Path, name: str, meta: dict[str, Any]) -> bytes:
     with os.fdopen(fd, "rb") as handle:
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
             raise CheckpointError(f"checkpoint file {path} is not a regular file")
-        data = handle.read(int(meta.get("bytes", 0)) + 1)
-    check_bytes(path, len(data), hashlib.sha256(data).hexdigest(), meta)
-    return data
+        return handle.read(limit)
 
 
 def inside(root: Path, name: str) -> Path:
@@ -97,13 +103,7 @@ def read_json(root: Path, name: str) -> dict[str, Any]:
     path = root / name
     if not path.is_file():
         raise CheckpointError(f"checkpoint file {path} is missing")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as err:
-        raise CheckpointError(f"checkpoint file {path} cannot be read as a regular file "
-                              f"({err.strerror})") from None
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(MANIFEST_MAX_BYTES + 1)
+    data = _read_regular(path, MANIFEST_MAX_BYTES + 1)
     if len(data) > MANIFEST_MAX_BYTES:
         raise CheckpointError(f"checkpoint file {path} is larger than a manifest can be")
     try:
