@@ -34,6 +34,11 @@ class LearnerLost(RuntimeError):
     (`learner.checkpoint.max_restarts`)."""
 
 
+class RolloutWorkerLost(RuntimeError):
+    """A rollout worker died during a call. It has been rebuilt with the current weights;
+    the call must be started again (same arguments: same episodes)."""
+
+
 def one_line(text: str, limit: int = LINE_CHARS) -> str:
     """`text` on one line of at most `limit` characters: line breaks, NUL and every other
     non-printable character escaped, the rest cut with "..." (an error may echo input of

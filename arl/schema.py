@@ -189,9 +189,9 @@ class EvalConfig:
     every: int = opt(0, "steps between evaluations of the current weights (and after the "
                      "last step); 0: never", check="non_negative")
     games: int = opt(40, "greedy full games per opponent and seat", check="positive")
-    opponents: list[str] = opt(["minimax", "eps:0.3", "random"], "opponents of the env's full "
-                               "games, as the env spells them (arl's own: minimax | random | "
-                               "eps:<p>)")
+    opponents: list[str] = opt(["minimax", "eps_minimax:0.3", "random"], "opponents of the "
+                               "env's full games, as the env spells them (arl's own: minimax | "
+                               "random | eps_minimax:<p>)")
     positions: list[str] = opt(["configs/positions/win_in_one.jsonl",
                                 "configs/positions/block_in_one.jsonl"],
                                "positions files scored greedily (read by the driver)")
@@ -204,7 +204,7 @@ class Config:
     steps: int = opt(400, "learner steps (one rollout batch each)", check="positive")
     output_dir: str = opt("runs", "where runs/<run_name>/ goes; relative paths of a Ray job "
                           "resolve under $ARL_HOME/runs")
-    mode: str = opt("sync", "async: generation overlaps training (arl/actors/pipeline.py)",
+    mode: str = opt("sync", "async: generation overlaps training (arl/app/pipeline.py)",
                     choices=("sync", "async"))
     max_staleness: int = opt(1, "async: most learner versions a trained-on trajectory may "
                              "lag", check="non_negative")

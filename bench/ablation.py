@@ -25,8 +25,8 @@ from arl.app.train import train  # noqa: E402
 from arl.config import load_config  # noqa: E402
 
 EVAL_SHOWN = ("eval/win_in_one_accuracy", "eval/block_in_one_accuracy",
-              "eval/minimax_as_X_draw", "eval/minimax_as_O_draw", "eval/eps0.3_as_X_nonloss",
-              "eval/eps0.3_as_O_nonloss")
+              "eval/minimax_as_X_draw", "eval/minimax_as_O_draw",
+              "eval/eps_minimax_0.3_as_X_nonloss", "eval/eps_minimax_0.3_as_O_nonloss")
 
 
 def _mean(values: list[float]) -> float:

@@ -31,7 +31,7 @@ def run(mode: str, out: str) -> list[dict]:
     cfg = load_config(CONFIGS, [f"mode={mode}", f"steps={STEPS}", f"output_dir={out}",
                                 f"run_name={mode}", "wandb.mode=disabled", "ray.address=local",
                                 "learner.checkpoint.every=0"])
-    train(cfg, use_ray=True)
+    train(cfg)
     with open(f"{out}/{mode}/metrics.jsonl", encoding="utf-8") as f:
         return [json.loads(line) for line in f][WARMUP:]
 

@@ -35,7 +35,7 @@ def run(config: str, runners: int, out: str) -> list[dict]:
                                  f"rollout.env_actors={runners}", "ray.num_cpus=6",
                                  "ray.address=local", "wandb.mode=disabled",
                                  "learner.checkpoint.every=0", "eval.every=0"])
-    train(cfg, use_ray=True)
+    train(cfg)
     with open(f"{out}/{name}/metrics.jsonl", encoding="utf-8") as f:
         return [json.loads(line) for line in f][WARMUP:]
 

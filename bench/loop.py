@@ -66,7 +66,7 @@ def loop_run(out: str) -> tuple[Config, list[dict]]:
     cfg = load_config([CONFIG], [f"steps={STEPS}", f"output_dir={out}", "wandb.mode=disabled",
                                  "ray.address=local", "learner.checkpoint.every=0",
                                  "learner.optim.lr=1e-12"])
-    train(cfg, use_ray=True)
+    train(cfg)
     # the bare pieces load the same folder (a cache:<name> path names one in $ARL_HOME)
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(
         cfg.model, path=local_path(cfg.model.path)))

@@ -60,7 +60,7 @@ def in_loop(config: str, dtype: str, steps: int) -> tuple[Config, dict[str, floa
                                      f"learner.compute.dtype={dtype}"])
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(
             cfg.model, path=local_folder(local_path(cfg.model.path))))
-        train(cfg, use_ray=True)
+        train(cfg)
         with open(f"{out}/{cfg.run_name}/metrics.jsonl", encoding="utf-8") as f:
             rows = [json.loads(line) for line in f][WARMUP:]
     return cfg, {"gen": statistics.median(r["perf/rollout_tokens_per_s"] for r in rows),

@@ -84,7 +84,7 @@ def run(overrides: list[str], out: str, steps: int = STEPS, warmup: int = WARMUP
                                  "ray.address=local", "learner.checkpoint.every=0",
                                  *overrides])
     with PeakPss() as memory:
-        train(cfg, use_ray=True)
+        train(cfg)
     with open(f"{out}/{cfg.run_name}/metrics.jsonl", encoding="utf-8") as f:
         rows = [json.loads(line) for line in f][warmup:]
     means = {k: sum(r[k] for r in rows) / len(rows) for k in KEYS}

@@ -55,7 +55,7 @@ def arl_steps(steps: int, warmup: int, *overrides: str) -> tuple[Config, list[fl
     with tempfile.TemporaryDirectory() as out:
         cfg = load_config([CONFIG], [*SAME_WORK, *overrides, f"steps={steps}",
                                      f"output_dir={out}"])
-        train(cfg, use_ray=True)
+        train(cfg)
         with open(f"{out}/{cfg.run_name}/metrics.jsonl", encoding="utf-8") as f:
             rows = [json.loads(line) for line in f]
     return cfg, [r["timing/step"] for r in rows[warmup:]]

@@ -1,134 +1,168 @@
-"""The training loop's view of the cluster: one handle over the rollout pool, the learner
-group and the weight sync, which hides Ray from the driver.
+"""The training loop's one handle on its workers: rollouts, learner steps, weights,
+checkpoints and recovery, on one host (Ray's or this process's, arl/actors/hosts.py).
 
-It connects (or runs in-process), places the actors, ships the model folder to nodes that do
-not see it, and cleans up on exit: an embedded Ray cluster it started is shut down again.
+The interface is async first: `start_rollout` and `start_step` return handles at once,
+`wait` says which are done, `rollout_result` and `step_result` take their results. The sync
+loop uses the blocking forms built on them (`collect`, `learner_step`, `push_weights`); the
+async pipeline (arl/app/pipeline.py) uses the handles. Nothing outside reaches past this
+interface, and nothing is wired onto it after construction.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from arl.actors import connect, placement
+from arl.actors.hosts import Host, Placement, RayHost
 from arl.actors.learner_group import LearnerGroup
-from arl.actors.model_files import cluster_nodes, ship
-from arl.actors.rollout_pool import RolloutBatch, RolloutPool
+from arl.actors.rollout_pool import RolloutBatch, RolloutCall, RolloutPool
 from arl.actors.weight_sync import WeightSync, make_weight_sync
 from arl.config import Config
+from arl.types import EpisodeSummary
+
+
+class StepCall:
+    """A learner step in flight: every rank's reference (rank 0's holds the metrics)."""
+
+    def __init__(self, refs: list[Any]):
+        self.refs = refs
 
 
 class Cluster:
-    """Rollout and learner actors for one run (a context manager that cleans up)."""
+    """Rollout and learner workers for one run (a context manager that cleans up)."""
 
-    def __init__(self, cfg: Config, use_ray: bool = True):
+    def __init__(self, cfg: Config, host: Host | None = None):
+        """host: where the workers live (None: Ray, `cfg.ray` says which cluster)."""
         self.cfg = cfg
-        self.use_ray = use_ray
-        self.how = "in-process"
-        self.learner: LearnerGroup | None = None
-        self.rollout: RolloutPool | None = None
-        self.sync: WeightSync | None = None
-        self._group: Any = None  # the placement group, if any
-        self._learner_at: list | None = None  # learner placement (for a rebuild)
-        self._shipped: Any = None  # the model folder shipped to other nodes, if it was
+        self.host = host if host is not None else RayHost()
+        self._placement = Placement()
+        self._learner: LearnerGroup | None = None
+        self._rollout: RolloutPool | None = None
+        self._sync: WeightSync | None = None
+        self._loads: list[Any] = []  # the last publish's weight loads, one per worker
         self._generation = 0  # learner groups built before the current one
 
     def __enter__(self) -> Cluster:
-        """Connect and start the actors. If anything fails here, an embedded cluster this
-        call started is shut down again before the error propagates."""
+        """Open the host and start the workers. If anything fails here, what the host
+        opened (an embedded Ray cluster) is closed again before the error propagates."""
         try:
-            self._start(self.cfg)
+            self._placement = self.host.open(self.cfg)
+            self._learner = self._new_learner()
+            self._rollout = RolloutPool(self.cfg, self.host, self._placement, source=self)
+            self._sync = make_weight_sync(self.cfg, self._learner, self._rollout.group)
         except BaseException:
             self.__exit__()
             raise
         return self
 
-    def _start(self, cfg: Config) -> None:
-        if not self.use_ray and cfg.learner.resources.num_workers > 1:
-            raise ValueError("learner.resources.num_workers > 1 needs Ray (use_ray=True)")
-        if not self.use_ray and cfg.weight_sync.transport != "object_store":
-            raise ValueError("weight_sync.transport nccl | gloo needs Ray (use_ray=True)")
-        learner_at = rollout_at = shipped = None
-        if self.use_ray:
-            self.how = connect.connect(cfg.ray)
-            placement.require_resources(cfg)
-            self._group, learner_at, rollout_at = placement.actor_placement(cfg)
-            # Nodes that do not see the driver's model folder get it through the object store.
-            shipped = ship(cfg.model.path) if cluster_nodes() > 1 else None
-        self._learner_at, self._shipped = learner_at, shipped
-        self.learner = LearnerGroup(cfg, self.use_ray, learner_at, shipped)
-        self.rollout = RolloutPool(cfg, self.use_ray, rollout_at, shipped)
-        self._connect_sync()
+    def _new_learner(self) -> LearnerGroup:
+        return LearnerGroup(self.cfg, self.host, self._placement, self._generation)
 
-    def _connect_sync(self) -> None:
-        self.sync = make_weight_sync(self.cfg, self.learner, self.rollout.group)
-        self.rollout.restore = self.sync.restore
-        # A failed weight load may be the learner's death, not the worker's: ask first.
-        self.rollout.check_source = self.learner.probe
+    def __exit__(self, *exc: object) -> None:
+        for part in (self._rollout, self._learner):
+            if part is not None:
+                part.close()
+        self.host.close()
+
+    # Rollouts.
+
+    @property
+    def rollout_workers(self) -> int:
+        return len(self._rollout)
+
+    @property
+    def actor_restarts(self) -> int:
+        """Rollout workers rebuilt (new processes) in this run."""
+        return self._rollout.actor_restarts
+
+    def start_rollout(self, worker: int, args: tuple) -> RolloutCall:
+        """Start `worker` playing one share of a step (`worker_shares` gives the args)."""
+        return self._rollout.start(worker, args)
+
+    def rollout_result(self, call: RolloutCall) -> list[EpisodeSummary]:
+        """The call's episode summaries (its trajectories stay in the object store as
+        `call.trajectories`). Raises `RolloutWorkerLost` if the worker died: it has been
+        rebuilt with the current weights, and the call must be started again."""
+        return self._rollout.result(call)
+
+    def collect(self, env_seeds: list[int], group_ids: list[int], seed: int,
+                transcripts: int = 0) -> RolloutBatch:
+        """One step's groups, played by every rollout worker (RolloutPool.collect)."""
+        return self._rollout.collect(env_seeds, group_ids, seed, transcripts)
+
+    def wait(self, calls: Sequence[RolloutCall | StepCall], timeout: float | None) -> list[int]:
+        """Indices of the `calls` that are done: wait up to `timeout` s (None: no limit) for
+        the first, then take every other one already done."""
+        return self.host.ready([c.refs[0] for c in calls], timeout)
+
+    def evaluate(self, positions: dict[str, list[dict]], seed: int) -> dict[str, float]:
+        """`eval/*` metrics of the current weights, played by rollout worker 0."""
+        e = self.cfg.eval
+        return self._rollout.evaluate(list(e.opponents), positions, e.games, seed)
+
+    # The learner.
+
+    def start_step(self, batch: RolloutBatch, advantages: np.ndarray,
+                   keep: np.ndarray) -> StepCall:
+        """Start one learner step on the batch's trajectories where `keep` is true."""
+        return StepCall(self._learner.submit_step(advantages, keep, batch.trajectory_refs))
+
+    def step_result(self, call: StepCall) -> dict[str, Any]:
+        """The step's metrics. Raises `LearnerLost` if a rank died (`restart_learner`)."""
+        return self._learner.get(call.refs)[0]
+
+    def learner_step(self, batch: RolloutBatch, advantages: np.ndarray,
+                     keep: np.ndarray) -> dict[str, Any]:
+        """`start_step`, then its result."""
+        return self.step_result(self.start_step(batch, advantages, keep))
 
     def restart_learner(self, checkpoint: str | None) -> None:
         """Replace the whole learner group (a rank died: collectives cannot go on without
         it) by a new one in the same places, restored from `checkpoint` (None: the
         initial model), with a new weight sync. Push weights afterwards."""
-        self.learner.close()
+        self._learner.close()
         self._generation += 1
-        self.learner = LearnerGroup(self.cfg, self.use_ray, self._learner_at, self._shipped,
-                                    self._generation)
-        self._connect_sync()
+        self._learner = self._new_learner()
+        self._sync = make_weight_sync(self.cfg, self._learner, self._rollout.group)
         if checkpoint is not None:
-            self.learner.load_checkpoint(checkpoint)
+            self._learner.load_checkpoint(checkpoint)
 
-    @property
-    def actor_restarts(self) -> int:
-        return self.rollout.actor_restarts
+    # Weights.
 
-    def collect(self, env_seeds: list[int], group_ids: list[int], seed: int,
-                transcripts: int = 0) -> RolloutBatch:
-        """One step's groups, played by every rollout worker (RolloutPool.collect)."""
-        return self.rollout.collect(env_seeds, group_ids, seed, transcripts)
-
-    def learner_step(self, batch: RolloutBatch, advantages: np.ndarray,
-                     keep: np.ndarray) -> dict[str, Any]:
-        """One learner step on the batch's trajectories where `keep` is true."""
-        return self.learner.get(self.submit_learner_step(batch, advantages, keep))[0]
-
-    def submit_learner_step(self, batch: RolloutBatch, advantages: np.ndarray,
-                            keep: np.ndarray) -> list[Any]:
-        """Start `learner_step`; return every rank's reference (rank 0's: the metrics)."""
-        return self.learner.submit_step(advantages, keep, batch.trajectory_refs)
-
-    def publish_weights(self, version: int) -> list[Any]:
+    def publish_weights(self, version: int) -> None:
         """Send the learner's weights as `version` and queue a load on every rollout worker
-        without waiting; return the loads' references."""
-        self.rollout.version = version
-        return self.sync.publish(version)
+        without waiting: each loads them when its current call ends."""
+        self._loads = self._sync.publish(version)
 
     def push_weights(self, version: int) -> None:
         """`publish_weights`, then wait until every rollout worker has loaded them."""
-        self.rollout.wait_loads(self.publish_weights(version))
-        self.sync.finish()
+        self.publish_weights(version)
+        self._rollout.wait_loads(self._loads)
+        self._sync.finish()
 
-    def evaluate(self, positions: dict[str, list[dict]], seed: int) -> dict[str, float]:
-        """`eval/*` metrics of the current weights, played by rollout worker 0."""
-        e = self.cfg.eval
-        return self.rollout.group.get(self.rollout.group.submit_one(
-            0, "evaluate", (list(e.opponents), positions, e.games, seed)))
+    @property
+    def weights_version(self) -> int:
+        """The version every rollout worker is meant to hold (the last one published)."""
+        return self._sync.version if self._sync is not None else 0
+
+    def restore_weights(self, worker: int) -> Any:
+        """Queue the current weights on `worker` alone (a rebuilt one); the load's reference."""
+        return self._sync.restore(worker)
+
+    def probe_learner(self) -> None:
+        """Raise `LearnerLost` if a learner rank has died."""
+        self._learner.probe()
+
+    # Checkpoints.
 
     def load_checkpoint(self, directory: str) -> dict[str, Any]:
         """Restore the learner from `directory`; return the `extra` JSON that
         `save_checkpoint` stored. Push weights afterwards to bring the rollout workers to
         the same version."""
-        return self.learner.load_checkpoint(directory)
+        return self._learner.load_checkpoint(directory)
 
     def save_checkpoint(self, directory: str, step: int, extra: dict[str, Any]) -> None:
         """Checkpoint the learner after `step` steps, with the run config and `extra` (JSON)."""
-        self.learner.save_checkpoint(directory, step, extra)
-
-    def __exit__(self, *exc: object) -> None:
-        for part in (self.rollout, self.learner):
-            if part is not None:
-                part.close()
-        placement.unplace(self._group)
-        if self.use_ray and self.how == "embedded":
-            connect.shutdown()
+        self._learner.save_checkpoint(directory, step, extra)

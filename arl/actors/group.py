@@ -1,20 +1,20 @@
-"""A group of identical workers, hosted as Ray actors or in this process.
+"""A group of identical workers on one host (arl/actors/hosts.py: Ray actors or plain
+objects in this process).
 
-Workers are plain classes. `ActorGroup` is the one place that turns them into Ray actors
-(`ray.remote(cls)` at spawn time, never a decorator on the class) and the one place that
-waits on their results. With `use_ray=False` the same calls run in-process, which keeps the
-driver testable without a cluster: a `Host` (Ray's or this process's) spawns members, calls
-their methods and resolves results, and the group's own code has one path for both.
+Workers are plain classes. `ActorGroup` is the one place that spawns them on a host (under
+Ray: `ray.remote(cls)` at spawn time, never a decorator on the class) and the one place that
+waits on their results; its code has one path for every host.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import ray
+
+from arl.actors.hosts import Host
 
 
 def until_rebuilt(call: Callable[[], Any], what: str, wait_s: float,
@@ -36,77 +36,6 @@ def until_rebuilt(call: Callable[[], Any], what: str, wait_s: float,
             time.sleep(0.2)
 
 
-@dataclass(frozen=True)
-class Done:
-    """An in-process call's outcome, standing in for an object reference."""
-
-    value: Any = None
-    error: BaseException | None = None
-
-
-class LocalHost:
-    """Members are plain objects; a call runs at once and its result (or error) is ready."""
-
-    def spawn(self, cls: type, args: tuple, options: dict) -> Any:
-        return cls(*args)
-
-    def call(self, member: Any, method: str, args: tuple, num_returns: int) -> Any:
-        # Arguments that are results of other calls are resolved first, as Ray resolves
-        # object references passed at the top level of a call.
-        args = tuple(self.get(a, None) if isinstance(a, Done) else a for a in args)
-        try:
-            result = getattr(member, method)(*args)
-        except Exception as err:  # raised where the caller resolves it, as Ray does
-            return Done(error=err)
-        if num_returns == 1:
-            return Done(result)
-        return [Done(part) for part in result]
-
-    def get(self, refs: Any, timeout: float | None) -> Any:
-        if isinstance(refs, list):
-            return [self.get(r, timeout) for r in refs]
-        if refs.error is not None:
-            raise refs.error
-        return refs.value
-
-    def ready(self, refs: Sequence[Any], timeout: float | None) -> list[int]:
-        return list(range(len(refs)))
-
-    def settle(self, refs: Sequence[Any], timeout: float) -> None:
-        pass  # every in-process call has ended already
-
-    def kill(self, member: Any, restart: bool) -> None:
-        pass  # an object in this process ends when nothing refers to it
-
-
-class RayHost:
-    """Members are Ray actors built by `ray.remote(cls)`; calls return object references."""
-
-    def spawn(self, cls: type, args: tuple, options: dict) -> Any:
-        groups = options.pop("concurrency_groups", None)  # Ray takes them only here
-        remote = ray.remote(concurrency_groups=groups)(cls) if groups else ray.remote(cls)
-        return remote.options(**options).remote(*args)
-
-    def call(self, member: Any, method: str, args: tuple, num_returns: int) -> Any:
-        return getattr(member, method).options(num_returns=num_returns).remote(*args)
-
-    def get(self, refs: Any, timeout: float | None) -> Any:
-        return ray.get(refs, timeout=timeout)
-
-    def ready(self, refs: Sequence[Any], timeout: float | None) -> list[int]:
-        first, _ = ray.wait(list(refs), num_returns=1, timeout=timeout)
-        if not first:
-            return []
-        done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
-        return [i for i, ref in enumerate(refs) if ref in set(done)]
-
-    def settle(self, refs: Sequence[Any], timeout: float) -> None:
-        ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
-
-    def kill(self, member: Any, restart: bool) -> None:
-        ray.kill(member, no_restart=not restart)
-
-
 class ActorGroup:
     """N instances of `cls`, each built with its own constructor arguments.
 
@@ -123,7 +52,7 @@ class ActorGroup:
         num_cpus: float,
         num_gpus: float = 0.0,
         resources: dict[str, float] | None = None,
-        use_ray: bool = True,
+        host: Host,
         name: str = "",
         max_restarts: int = 0,
         scheduling: Sequence[Any] | None = None,
@@ -134,7 +63,7 @@ class ActorGroup:
         scheduling: a Ray scheduling strategy per member (e.g. its placement-group bundle);
         None: Ray's default. concurrency_groups: Ray concurrency groups (name -> threads)
         beside the default one, which runs one call at a time."""
-        self.host = RayHost() if use_ray else LocalHost()
+        self.host = host
         strategies = list(scheduling) if scheduling is not None else [None] * len(args_per_member)
         self.members = [
             self.host.spawn(cls, args, {

@@ -16,8 +16,8 @@ import numpy as np
 import ray
 
 from arl.actors.group import ActorGroup
+from arl.actors.hosts import Host, Placement
 from arl.actors.learner import LearnerActor
-from arl.actors.model_files import ShippedModel
 from arl.config import Config, to_dict
 from arl.errors import LearnerLost
 from arl.model.transport import Layout
@@ -28,8 +28,7 @@ PROBE_TIMEOUT_S = 30.0  # how long a live learner may take to answer a probe
 class LearnerGroup:
     """The learner actors of one run."""
 
-    def __init__(self, cfg: Config, use_ray: bool, scheduling: list | None,
-                 shipped: ShippedModel | None, generation: int = 0):
+    def __init__(self, cfg: Config, host: Host, placement: Placement, generation: int = 0):
         """generation: how many groups this run built before this one (a rebuilt group's
         actors get names of their own: a killed actor's name may not be free yet)."""
         self.cfg = cfg
@@ -37,10 +36,10 @@ class LearnerGroup:
         self.group = ActorGroup(
             LearnerActor,
             [(cfg.model, cfg.learner, cfg.steps, cfg.seed, cfg.rollout.temperature,
-              cfg.learner.resources.cpus, shipped)] * cfg.learner.resources.num_workers,
+              cfg.learner.resources.cpus, placement.shipped)] * cfg.learner.resources.num_workers,
             num_cpus=cfg.learner.resources.cpus, num_gpus=cfg.learner.resources.gpus,
-            resources=cfg.learner.resources.custom, use_ray=use_ray, name=name,
-            scheduling=scheduling,
+            resources=cfg.learner.resources.custom, host=host, name=name,
+            scheduling=placement.learner,
         )
         if len(self.group) > 1:  # one torch.distributed group; rank 0 hosts the rendezvous
             address, port = self.rendezvous()

@@ -10,18 +10,18 @@ counts as a restart. The lost call's results are never fetched, so nothing is co
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import ray
 
 from arl.actors.env_runner import ENV_GROUP, EnvRunner
 from arl.actors.group import ActorGroup, until_rebuilt
-from arl.actors.model_files import ShippedModel
+from arl.actors.hosts import Host, Placement
 from arl.actors.rollout import RolloutActor
 from arl.config import Config
+from arl.errors import RolloutWorkerLost
 from arl.types import EpisodeSummary
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,33 @@ class RolloutBatch:
                             self.trajectory_refs + other.trajectory_refs)
 
 
+@dataclass
+class RolloutCall:
+    """One worker's collect in flight: its arguments and [summaries, trajectories] refs."""
+
+    worker: int
+    args: tuple
+    refs: list[Any]
+
+    @property
+    def trajectories(self) -> Any:
+        """The reference to the call's trajectories (a list of Trajectory)."""
+        return self.refs[1]
+
+
+class WeightSource(Protocol):
+    """What the pool needs of the learner's side when a worker comes back: the version every
+    worker is meant to hold, a load of it queued on one worker (its reference), and a check
+    that raises `LearnerLost` if the learner itself died."""
+
+    @property
+    def weights_version(self) -> int: ...
+
+    def restore_weights(self, worker: int) -> Any: ...
+
+    def probe_learner(self) -> None: ...
+
+
 def worker_shares(env_seeds: list[int], group_ids: list[int], seed: int, workers: int,
                   transcripts: int) -> list[tuple]:
     """`collect` arguments for each of `workers` workers playing one step's groups: a
@@ -58,29 +85,22 @@ def worker_shares(env_seeds: list[int], group_ids: list[int], seed: int, workers
 
 
 class RolloutPool:
-    """The rollout workers of one run. `restore(w)` (given by the weight sync) queues the
-    current weights on worker `w` and returns the load's reference."""
+    """The rollout workers of one run. `source` gives a rebuilt worker its weights."""
 
-    def __init__(self, cfg: Config, use_ray: bool, scheduling: list | None,
-                 shipped: ShippedModel | None):
-        self.cfg = cfg
+    def __init__(self, cfg: Config, host: Host, placement: Placement, source: WeightSource):
+        self.cfg, self.source = cfg, source
         r, workers = cfg.rollout, cfg.rollout.num_workers
-        self.runners = _env_runners(cfg, use_ray, shipped)
+        self.runners = _env_runners(cfg, host, placement)
         handles = self.runners.members if self.runners is not None else []
         self.group = ActorGroup(
             RolloutActor,
-            [(cfg.model, r, cfg.env, r.cpus_per_worker, shipped,
+            [(cfg.model, r, cfg.env, r.cpus_per_worker, placement.shipped,
               handles[w * r.env_actors:(w + 1) * r.env_actors]) for w in range(workers)],
             num_cpus=r.cpus_per_worker, num_gpus=r.gpus_per_worker,
-            resources=r.resources, use_ray=use_ray, name=f"{cfg.run_name}-rollout",
-            max_restarts=r.max_restarts, scheduling=scheduling,
+            resources=r.resources, host=host, name=f"{cfg.run_name}-rollout",
+            max_restarts=r.max_restarts, scheduling=placement.rollout,
             concurrency_groups={ENV_GROUP: r.env_actors + 1} if r.env_actors else None,
         )
-        self.restore: Callable[[int], Any] = lambda w: None
-        # Raises if the weights' source (the learner) died: then a failed load is not the
-        # worker's fault and rebuilding the worker would not help.
-        self.check_source: Callable[[], None] = lambda: None
-        self.version = 0  # the weights every worker is meant to hold
         self.actor_restarts = 0  # workers rebuilt (new processes), whole run
         self._pids: list[int | None] = [None] * len(self.group)
         self.timeout = cfg.rollout.timeout_s or None
@@ -94,31 +114,45 @@ class RolloutPool:
         The first `transcripts` groups each bring one decoded conversation. A worker that
         fails is recovered and plays the same share again (same seeds: same episodes)."""
         shares = worker_shares(env_seeds, group_ids, seed, len(self), transcripts)
-        refs = [self.submit(w, args) for w, args in enumerate(shares)]
+        calls = [self.start(w, args) for w, args in enumerate(shares)]
         summaries, trajectory_refs = [], []
-        for w, ref in enumerate(refs):
-            part, ref = self.fetch(w, ref, shares[w])
-            summaries += part
-            trajectory_refs.append(ref[1])
+        for call in calls:
+            summaries += self.fetch(call)
+            trajectory_refs.append(call.trajectories)
         return RolloutBatch(summaries, trajectory_refs)
 
-    def submit(self, w: int, args: tuple) -> list[Any]:
-        """Start a collect of `args` on worker `w`: [summaries ref, trajectories ref]."""
-        return self.group.submit_one(w, "collect", args, num_returns=2)
+    def start(self, w: int, args: tuple) -> RolloutCall:
+        """Start a collect of `args` on worker `w`."""
+        return RolloutCall(w, args, self.group.submit_one(w, "collect", args, num_returns=2))
 
-    def fetch(self, w: int, ref: list[Any], args: tuple) -> tuple[list[EpisodeSummary], list]:
-        """(summaries, refs) of worker `w`'s collect, redone on a recovered worker if it
-        failed or came back restarted (with weights older than the current version)."""
+    def result(self, call: RolloutCall) -> list[EpisodeSummary]:
+        """The call's summaries; `RolloutWorkerLost` (after recovering the worker) if it died."""
+        try:
+            return self.group.get(call.refs[0])
+        except ray.exceptions.RayActorError as err:
+            self.recover(call.worker, f"died ({type(err).__name__})")
+            raise RolloutWorkerLost(f"rollout worker {call.worker} died") from err
+
+    def fetch(self, call: RolloutCall) -> list[EpisodeSummary]:
+        """The summaries of `call`, redone on a recovered worker (updating `call.refs`) if
+        it failed or came back restarted (with weights older than the current version)."""
         for _ in range(self._max_attempts()):
             try:
-                part = self.group.get(ref[0], timeout=self.timeout)
-                if all(s.policy_version == self.version for s in part):
-                    return part, ref
-                self.recover(w, "was restarted with old weights")
+                part = self.group.get(call.refs[0], timeout=self.timeout)
+                if all(s.policy_version == self.source.weights_version for s in part):
+                    return part
+                self.recover(call.worker, "was restarted with old weights")
             except ray.exceptions.RayError as err:
-                self.failed(w, err, "collect")
-            ref = self.submit(w, args)
-        raise RuntimeError(f"rollout worker {w} kept failing; rollout.max_restarts exceeded")
+                self.failed(call.worker, err, "collect")
+            call.refs = self.start(call.worker, call.args).refs
+        raise RuntimeError(f"rollout worker {call.worker} kept failing; "
+                           "rollout.max_restarts exceeded")
+
+    def evaluate(self, opponents: list[str], positions: dict[str, list[dict]], games: int,
+                 seed: int) -> dict[str, float]:
+        """`eval/*` metrics of the current weights, played by worker 0."""
+        return self.group.get(self.group.submit_one(
+            0, "evaluate", (opponents, positions, games, seed)))
 
     def wait_loads(self, loads: list[Any]) -> None:
         """Wait until every worker has loaded the weights it was sent; a worker that failed
@@ -127,7 +161,7 @@ class RolloutPool:
             try:
                 self._note_pid(w, self.group.get(load, timeout=self.timeout))
             except ray.exceptions.RayError as err:
-                self.check_source()
+                self.source.probe_learner()
                 self.failed(w, err, "weight load")
 
     def failed(self, w: int, err: Exception, doing: str) -> None:
@@ -144,10 +178,12 @@ class RolloutPool:
     def recover(self, w: int, why: str) -> None:
         """Give worker `w` the current weights once Ray has rebuilt it, and count it as
         restarted if its process changed."""
-        log.warning("rollout worker %d %s; it gets version %d again", w, why, self.version)
+        log.warning("rollout worker %d %s; it gets version %d again", w, why,
+                    self.source.weights_version)
         # A dead-for-good worker may have died of its weights' source: ask that first.
-        pid = until_rebuilt(lambda: self.group.get(self.restore(w)), f"rollout worker {w}",
-                            REBUILD_WAIT_S, on_dead=self.check_source)
+        pid = until_rebuilt(lambda: self.group.get(self.source.restore_weights(w)),
+                            f"rollout worker {w}", REBUILD_WAIT_S,
+                            on_dead=self.source.probe_learner)
         self._note_pid(w, pid)
 
     def _note_pid(self, w: int, pid: int | None) -> None:
@@ -167,15 +203,13 @@ class RolloutPool:
         self.group.close()
 
 
-def _env_runners(cfg: Config, use_ray: bool, shipped: ShippedModel | None
-                 ) -> ActorGroup | None:
+def _env_runners(cfg: Config, host: Host, placement: Placement) -> ActorGroup | None:
     """`rollout.env_actors` env runners for each rollout worker (arl/actors/env_runner.py),
     named `<run>-env-<i>`, rebuilt by Ray like the workers; None without any."""
     r = cfg.rollout
     if not r.env_actors:
         return None
-    if not use_ray:
-        raise ValueError("rollout.env_actors > 0 needs Ray (use_ray=True)")
-    return ActorGroup(EnvRunner, [(cfg.model, r, cfg.env, r.cpus_per_env_actor, shipped)]
-                      * (r.num_workers * r.env_actors), num_cpus=r.cpus_per_env_actor,
-                      use_ray=True, name=f"{cfg.run_name}-env", max_restarts=r.max_restarts)
+    return ActorGroup(EnvRunner, [(cfg.model, r, cfg.env, r.cpus_per_env_actor,
+                                   placement.shipped)] * (r.num_workers * r.env_actors),
+                      num_cpus=r.cpus_per_env_actor, host=host, name=f"{cfg.run_name}-env",
+                      max_restarts=r.max_restarts)

@@ -89,8 +89,8 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
                     "task plays full tic-tac-toe games), else tictactoe")
     ev.add_argument("--opponent", default=None,
                     help="as the env spells its opponents (arl's games: minimax | random | "
-                    "eps:<p>; OpenSpiel: random | mcts | alpha_beta); default: minimax where "
-                    "the env has it, else its configured opponent")
+                    "eps_minimax:<p>; OpenSpiel: random | mcts | alpha_beta); default: "
+                    "minimax where the env has it, else its configured opponent")
     ev.add_argument("--games", type=int, default=200)
     ev.add_argument("--positions", default=None,
                     help="JSONL file of positions to score instead of playing games")

@@ -25,7 +25,6 @@ from arl.errors import one_line
 from arl.files import mark, require_ours, write_atomic
 from arl.metrics import Metrics
 from arl.model.checkpoint.runs import (
-    checkpoint_step,
     latest_checkpoint,
     named_checkpoint,
     newest_up_to,
@@ -33,6 +32,7 @@ from arl.model.checkpoint.runs import (
     remove_partial,
     require_intact,
     set_aside_after,
+    step_in_name,
 )
 from arl.model_source import arl_home
 from arl.types import EpisodeSummary
@@ -89,7 +89,7 @@ class Run:
             os.makedirs(os.path.join(self.dir, "checkpoints"))
             mark(self.dir, "run")
         else:
-            self.start_step = self.next_step = checkpoint_step(self.resume_from)
+            self.start_step = self.next_step = step_in_name(self.resume_from)
             set_aside_after(os.path.join(self.dir, "checkpoints"), self.start_step)
             _keep_rows_before(self.metrics_path, self.start_step)
             _keep_rows_before(self.samples_path, self.start_step)

@@ -2,7 +2,7 @@
 
 Sync mode, as in the GSPO paper: collect groups with weights v -> group advantages ->
 learner step -> push weights v+1 -> log. Async mode overlaps generation and training within
-a staleness bound (arl/actors/pipeline.py). Everything heavy lives behind `actors/`.
+a staleness bound (arl/app/pipeline.py). Everything heavy lives behind `actors/`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import numpy as np
 import torch
 
 from arl.actors.cluster import Cluster
-from arl.actors.pipeline import AsyncRollouts
+from arl.actors.hosts import Host
 from arl.actors.rollout_pool import RolloutBatch
+from arl.app.pipeline import AsyncRollouts
 from arl.app.run import Run, check_run_dir, run_dir
 from arl.app.run_lock import RunLock
 from arl.app.step_metrics import StepDone, step_metrics
@@ -30,7 +31,7 @@ from arl.env_spec import resolve_env
 from arl.errors import LearnerLost
 from arl.gspo import group_advantages, informative_groups
 from arl.metrics import Metrics
-from arl.model.checkpoint.runs import checkpoint_step
+from arl.model.checkpoint.runs import step_in_name
 from arl.model.source import local_folder
 from arl.rollout.evaluation import read_positions
 from arl.steps import start_states, transcripts_wanted
@@ -48,8 +49,10 @@ class LearnerFailed(RuntimeError):
     """The learner died more often than `learner.checkpoint.max_restarts` allows."""
 
 
-def train(cfg: Config, use_ray: bool = True) -> Metrics:
+def train(cfg: Config, host: Host | None = None) -> Metrics:
     """Run `cfg.steps` GSPO steps (sync or async mode); return the last step's metrics.
+    host: where the workers live (None: Ray, as `cfg.ray` says; `LocalHost()`: in this
+    process, for one learner and no env actors).
 
     SIGTERM (`ray job stop`, `kill`) or Ctrl-C lets the current step finish, saves a
     checkpoint and raises `Stopped`; `resume=auto` continues from there. A learner actor that
@@ -60,10 +63,10 @@ def train(cfg: Config, use_ray: bool = True) -> Metrics:
     print(f"arl train: run directory {run_dir(cfg)}", flush=True)
     require_extras(cfg)  # before Ray starts: a missing extra is a config error
     with RunLock(run_dir(cfg)):  # one writer per run directory, before anything is written
-        return _train(cfg, use_ray)
+        return _train(cfg, host)
 
 
-def _train(cfg: Config, use_ray: bool) -> Metrics:
+def _train(cfg: Config, host: Host | None) -> Metrics:
     """`train` with the run directory's lock held."""
     check_run_dir(cfg)
     # A GGUF model or another run's checkpoint becomes, once, a cached HF directory that
@@ -71,7 +74,7 @@ def _train(cfg: Config, use_ray: bool) -> Metrics:
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(
         cfg.model, path=local_folder(cfg.model.path)))
     positions = _read_positions(cfg)
-    with Run(cfg) as run, Cluster(cfg, use_ray=use_ray) as cluster, StopOnSignal() as stop:
+    with Run(cfg) as run, Cluster(cfg, host) as cluster, StopOnSignal() as stop:
         resumed = cluster.load_checkpoint(run.resume_from) if run.resume_from else {}
         run.open_sinks(wandb_run_id=resumed.get("wandb_run_id"))
         cluster.push_weights(version=run.start_step)
@@ -138,7 +141,7 @@ def _restart_learner(run: Run, cluster: Cluster) -> int:
     workers given its weights, and the sinks rewound to it; returns its step (the replay
     starts there: sync mode plays exactly the steps it lost again)."""
     last = run.last_checkpoint()
-    step = checkpoint_step(last) if last is not None else 0
+    step = step_in_name(last) if last is not None else 0
     cluster.restart_learner(last)
     run.rewind(step)
     cluster.push_weights(version=step)
@@ -216,7 +219,7 @@ def _first_informative(cfg: Config, summaries: list[EpisodeSummary],
 
 
 def _async_steps(cfg: Config, cluster: Cluster, start: int) -> Iterator[tuple[int, StepDone]]:
-    """Async mode (arl/actors/pipeline.py): workers keep generating within `max_staleness`
+    """Async mode (arl/app/pipeline.py): workers keep generating within `max_staleness`
     versions while the learner trains; weights are published without stopping them."""
     source = AsyncRollouts(cluster, cfg, start)
     try:
@@ -225,8 +228,7 @@ def _async_steps(cfg: Config, cluster: Cluster, start: int) -> Iterator[tuple[in
             batch, stats = source.next_batch(step)
             t1 = time.perf_counter()
             advantages, keep = _advantages(cfg, batch.summaries)
-            refs = cluster.submit_learner_step(batch, advantages, keep)
-            learner_metrics = source.wait_for(refs, step)
+            learner_metrics = source.wait_for(cluster.start_step(batch, advantages, keep), step)
             t2 = time.perf_counter()
             cluster.publish_weights(version=step + 1)
             t3 = time.perf_counter()

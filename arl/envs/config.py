@@ -50,9 +50,9 @@ class FullGameConfig(EnvConfig):
     opponent: str = opt("eps_minimax", "who the games are played against; policy: a frozen "
                         "snapshot of the policy (self-play); pool: one of opponent_pool per "
                         "game", choices=OPPONENTS)
-    opponent_pool: list[str] = opt(["random", "eps:0.3", "minimax"], "opponent=pool: the "
+    opponent_pool: list[str] = opt(["random", "eps_minimax:0.3", "minimax"], "opponent=pool: the "
                                    "opponents a game may meet: random | minimax | policy | "
-                                   "eps:<p>")
+                                   "eps_minimax:<p>")
     epsilon_start: float = opt(-1.0, "eps_minimax curriculum: the opponent's epsilon at step "
                                "0, falling linearly to opponent_epsilon over "
                                "epsilon_decay_steps; < 0: off")

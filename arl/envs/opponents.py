@@ -144,7 +144,7 @@ def opponent_for(cfg: FullGameConfig, game: str, given: Opponent | None) -> Oppo
 
 
 def _pool_member(cfg: FullGameConfig, game: str, spec: str, policy: Opponent | None) -> Opponent:
-    """A pool entry: random | minimax | policy | eps:<p>."""
+    """A pool entry: random | minimax | policy | eps_minimax:<p>."""
     if spec == "policy":
         return make_opponent(dataclasses.replace(cfg, opponent="policy"), game, policy)
     choice = parse_opponent(spec)
@@ -176,24 +176,32 @@ def _rule_opponent(cfg: FullGameConfig, game: str) -> Opponent:
 
 @dataclasses.dataclass(frozen=True)
 class OpponentChoice:
-    """An `eval.opponents` / `arl eval --opponent` spelling as env config values."""
+    """An opponent named in a list (`eval.opponents`, `env.opponent_pool`, `arl eval
+    --opponent`) as env config values."""
 
     name: str  # random | minimax | eps_minimax
     epsilon: float = 0.0
 
+    @property
+    def label(self) -> str:
+        """The name in metric keys: random, minimax or eps_minimax_<p>."""
+        return f"eps_minimax_{self.epsilon:g}" if self.name == "eps_minimax" else self.name
+
 
 def parse_opponent(spec: str) -> OpponentChoice:
-    """"minimax" | "random" | "eps:<p>" (minimax, but a random move with chance p)."""
+    """"minimax" | "random" | "eps_minimax:<p>" (minimax, but a random move with chance p;
+    the older spelling "eps:<p>" is read too)."""
     if spec in ("minimax", "random"):
         return OpponentChoice(spec)
-    if spec.startswith("eps:"):
+    kind, _, value = spec.partition(":")
+    if kind in ("eps_minimax", "eps") and value:
         try:
-            epsilon = float(spec[4:])
+            epsilon = float(value)
         except ValueError:
             epsilon = -1.0
         if 0.0 <= epsilon <= 1.0:
             return OpponentChoice("eps_minimax", epsilon)
-    raise ValueError(f"opponent must be minimax, random or eps:<p> with 0 <= p <= 1; "
+    raise ValueError(f"opponent must be minimax, random or eps_minimax:<p> with 0 <= p <= 1; "
                      f"got {spec!r}")
 
 

@@ -42,7 +42,7 @@ def _check_full_game(env: FullGameConfig, cfg: Config) -> None:
                 parse_opponent(member)
             except ValueError:
                 raise ConfigError(f"env.opponent_pool.{i}", f"{member!r}: must be random, "
-                                  "minimax, policy or eps:<p> with 0 <= p <= 1") from None
+                                  "minimax, policy or eps_minimax:<p> with 0 <= p <= 1") from None
     if env.epsilon_start > 1:
         raise ConfigError("env.epsilon_start", "must be in [0, 1] (or < 0: off)")
 

@@ -21,10 +21,11 @@ import numpy as np
 
 from arl.config import EnvConfig
 from arl.env_spec import resolve_env
+from arl.envs.opponents import parse_opponent
 from arl.envs.registry import make_env
 from arl.episode import ChatRenderer, run_episodes
 from arl.model.checkpoint.export import export_checkpoint
-from arl.model.checkpoint.runs import is_checkpoint, step_of
+from arl.model.checkpoint.runs import is_checkpoint, saved_step
 from arl.protocols import RolloutEngine
 from arl.rollout.engines.hf import HFEngine
 from arl.types import Outcome, SamplingParams, Trajectory
@@ -157,7 +158,7 @@ def load_policy(path: str, dtype: str = "auto") -> HFEngine:
     with tempfile.TemporaryDirectory(prefix="arl-policy-") as tmp:
         folder = export_checkpoint(path, os.path.join(tmp, "model"))
         engine = HFEngine(str(folder), dtype=dtype)
-    engine.version = step_of(path)
+    engine.version = saved_step(path)
     return engine
 
 
@@ -188,6 +189,15 @@ def game_rates(played: list[Trajectory]) -> dict[str, Rate]:
     return {o: Rate(counts[o], len(played)) for o in GAME_OUTCOMES}
 
 
+def _metric_name(opponent: str) -> str:
+    """An opponent's name in `eval/*` keys: arl's games' label (eps_minimax_0.3), else the
+    env's spelling with ':' as '_'."""
+    try:
+        return parse_opponent(opponent).label
+    except ValueError:
+        return opponent.replace(":", "_")
+
+
 def evaluation_metrics(engine: RolloutEngine, env_cfg: EnvConfig, opponents: list[str],
                        positions: dict[str, list[dict]], games: int, seed: int,
                        max_new_tokens: int) -> dict[str, float]:
@@ -199,7 +209,7 @@ def evaluation_metrics(engine: RolloutEngine, env_cfg: EnvConfig, opponents: lis
     spec = resolve_env(env_cfg.name)
     metrics: dict[str, float] = {}
     for opponent in opponents if spec.eval_game is not None else ():
-        name = opponent.replace(":", "")
+        name = _metric_name(opponent)
         for seat in ("X", "O"):
             _, cfg = spec.eval_game(env_cfg, opponent, seat)
             played = play(engine, cfg, games, 1, greedy)

@@ -56,6 +56,7 @@ import psutil
 import ray
 from arl.actors.connect import connect, shutdown
 from arl.actors.group import ActorGroup
+from arl.actors.hosts import RayHost
 from arl.actors.learner import LearnerActor
 from arl.config import ModelConfig, RayConfig
 from tests.builders import learner_cfg, random_trajectories
@@ -63,7 +64,8 @@ from tests.builders import learner_cfg, random_trajectories
 connect(RayConfig(address="local", num_cpus=2))
 cfg = learner_cfg(lr=1e-3, mini_batches=1, micro_batch_size=4, num_workers=2)
 group = ActorGroup(LearnerActor, [(ModelConfig(path=sys.argv[1], dtype="float32"), cfg, 10,
-                                    0, 1.0, 1)] * 2, num_cpus=1)
+                                    0, 1.0, 1)] * 2, num_cpus=1,
+                   host=RayHost())
 address, port = group.get(group.submit_one(0, "rendezvous", ()))
 group.get(group.submit("join_group", [(r, 2, address, port) for r in range(2)]))
 batch = ray.put(random_trajectories(8, seed=0, vocab=300))

@@ -18,13 +18,13 @@ def test_every_actor_runs_in_its_bundle(warm_model_dir):
     from ray.util import placement_group_table
 
     with Cluster(_cfg(warm_model_dir, "ray.placement=pack")) as cluster:
-        table = placement_group_table(cluster._group)
+        table = placement_group_table(cluster.host.placement_group)
         assert table["strategy"] == "PACK" and table["state"] == "CREATED"
         assert list(table["bundles"].values()) == [{"CPU": 1.0}] * 3  # learner, 2 workers
-        members = cluster.learner.group.members + cluster.rollout.group.members
+        members = cluster._learner.group.members + cluster._rollout.group.members
         where = ray.get([m.__ray_call__.remote(
             lambda _: ray.get_runtime_context().get_placement_group_id()) for m in members])
-        assert where == [cluster._group.id.hex()] * 3
+        assert where == [cluster.host.placement_group.id.hex()] * 3
         cluster.push_weights(0)  # and they work there
     assert not ray.is_initialized(), "the embedded cluster is gone, and its group with it"
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from arl.actors.hosts import LocalHost
 from arl.actors.rollout_pool import RolloutBatch
 from arl.app.train import _advantages, _collect, _first_informative
 from arl.gspo import informative_groups
@@ -119,7 +120,7 @@ def test_a_run_with_dynamic_sampling_reports_what_it_played(tmp_path, warm_model
     from tests.builders import metrics_rows
 
     cfg = ci_config(warm_model_dir, tmp_path, "rollout.dynamic_sampling=true", "steps=2")
-    train(cfg, use_ray=False)
+    train(cfg, host=LocalHost())
     rows = metrics_rows(tmp_path / "ci")
     for row in rows:
         assert 0 <= row["rollout/resample_rounds"] <= cfg.rollout.max_resample_rounds
@@ -140,7 +141,7 @@ def test_full_games_train_with_turn_level_advantages(tmp_path, warm_model_dir):
                     "learner.advantage.step_group_scope=batch", "learner.advantage.turn_discount=0",
                     "env.invalid_action=retry", "env.max_retries=4",
                     "steps=2")
-    metrics = train(cfg, use_ray=False)
+    metrics = train(cfg, host=LocalHost())
     rows = metrics_rows(tmp_path / "ci")
     assert len(rows) == 2 and np.isfinite(metrics["learner/loss"])
     assert metrics["rollout/turns_per_episode"] > 1

@@ -3,6 +3,7 @@ positions through the code `arl eval` runs, logged as eval/* in metrics.jsonl.""
 
 from __future__ import annotations
 
+from arl.actors.hosts import LocalHost
 from arl.app.train import train
 from tests.builders import ci_config, metrics_rows
 
@@ -10,7 +11,7 @@ from tests.builders import ci_config, metrics_rows
 def test_eval_metrics_appear_in_metrics_jsonl(tmp_path, warm_model_dir):
     cfg = ci_config(warm_model_dir, tmp_path, "eval.every=2", "eval.games=2",
                     "eval.opponents=[minimax,random]")
-    train(cfg, use_ray=False)
+    train(cfg, host=LocalHost())
     rows = metrics_rows(tmp_path / "ci", untimed=False)
     evaluated = [r["step"] for r in rows if "eval/minimax_as_X_draw" in r]
     assert evaluated == [1, 2]  # every 2 steps, and after the last (3 steps)

@@ -10,6 +10,7 @@ import threading
 
 import pytest
 
+from arl.actors.hosts import LocalHost
 from arl.app.cli import main
 from arl.app.view import make_server
 
@@ -81,7 +82,7 @@ def test_a_report_that_fails_to_draw_never_ends_the_run(tmp_path, warm_model_dir
     monkeypatch.setattr(run_module, "write_report", broken)
     monkeypatch.setattr(run_module, "plot_run", broken)
     cfg = ci_config(warm_model_dir, tmp_path, "steps=10")
-    metrics = train(cfg, use_ray=False)
+    metrics = train(cfg, host=LocalHost())
     assert metrics["rollout/reward_mean"] is not None  # all 10 steps, the report failing
     rows = (tmp_path / "ci" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(r)["step"] for r in rows] == list(range(10))

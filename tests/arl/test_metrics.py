@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 
+from arl.actors.hosts import LocalHost
 from arl.app.train import train
 from arl.config import load_config
 from arl.metrics import action_histogram, rollout_metrics
@@ -55,7 +56,7 @@ def test_the_demo_run_logs_every_signal_to_jsonl_and_wandb(tmp_path, warm_model_
         "rollout.cpus_per_worker=1", "learner.resources.cpus=1",
         "learner.compute.micro_batch_size=4",
         "learner.optim.mini_batches=2", "wandb.samples_every=2", "wandb.samples=2"])
-    train(cfg, use_ray=False)
+    train(cfg, host=LocalHost())
     run = tmp_path / "tictactoe_move"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 3

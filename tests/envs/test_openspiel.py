@@ -64,7 +64,7 @@ def test_trains_three_steps_on_ray(tmp_path, warm_model_dir):
                     "rollout.max_turns=2", "env.tool_name=choose_square",
                     "env.tool_arg=square", "eval.every=3", "eval.opponents=[random]",
                     "eval.games=2", "eval.positions=[]")
-    train(cfg, use_ray=True)
+    train(cfg)
     rows = metrics_rows(tmp_path / "ci", untimed=False)
     assert [r["step"] for r in rows] == [0, 1, 2]
     for row in rows:

@@ -105,7 +105,7 @@ def test_trains_three_steps_on_ray(tmp_path, warm_model_dir):
 
     cfg = ci_config(warm_model_dir, tmp_path, "env.name=textarena", "rollout.max_turns=3",
                     "env.game=TicTacToe-v0-raw")
-    train(cfg, use_ray=True)
+    train(cfg)
     rows = metrics_rows(tmp_path / "ci", untimed=False)
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert all(r["learner/loss"] is not None for r in rows)

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from arl.model.checkpoint.pointer import read_latest
-from arl.model.checkpoint.runs import checkpoint_step, latest_checkpoint
+from arl.model.checkpoint.runs import latest_checkpoint, step_in_name
 from arl.model.checkpoint.store import load_checkpoint
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -53,7 +53,7 @@ def test_sigkill_during_checkpoint_writes_never_loses_the_last_complete_one(tmp_
         out, _ = writer.communicate(timeout=30)
         path = latest_checkpoint(str(directory))
         checkpoint = load_checkpoint(path)  # verifies every hash: it must be whole
-        assert checkpoint.step == checkpoint_step(path) == checkpoint.extra_json["step"]
+        assert checkpoint.step == step_in_name(path) == checkpoint.extra_json["step"]
         # Any checkpoint it reported complete is there; at most one more may have landed
         # between the write and the report.
         reported = [int(x) for x in out.split()] or [completed + 1]

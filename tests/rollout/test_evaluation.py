@@ -57,7 +57,8 @@ def test_perfect_play_never_loses_to_random_and_malformed_calls_are_illegal(toke
     assert rates["loss"].count == 0 and rates["win"].count > 10
     assert sum(r.count for r in rates.values()) == 30
     rates = play_games(ScriptedEngine(tokenizer, lambda b, a: None),
-                       env_config(name="tictactoe", opponent=parse_opponent("eps:0.3").name),
+                       env_config(name="tictactoe",
+                                  opponent=parse_opponent("eps_minimax:0.3").name),
                        6, 1, GREEDY)
     assert rates["illegal"] == Rate(6, 6)
 
@@ -87,10 +88,11 @@ def test_bad_positions_and_opponents_are_refused_with_their_line(tmp_path):
     path.write_text("not json\n")
     with pytest.raises(ValueError, match="p.jsonl:1"):
         read_positions(str(path))
-    for spec in ("eps:2", "eps:x", "alphazero"):
+    for spec in ("eps_minimax:2", "eps_minimax:x", "eps_minimax", "alphazero"):
         with pytest.raises(ValueError, match="opponent must be"):
             parse_opponent(spec)
-    assert parse_opponent("eps:0.3").epsilon == 0.3
+    assert parse_opponent("eps_minimax:0.3").epsilon == 0.3
+    assert parse_opponent("eps:0.3") == parse_opponent("eps_minimax:0.3")  # older spelling
 
 
 def _checkpoint(model_dir, path):
@@ -106,7 +108,7 @@ def _checkpoint(model_dir, path):
 
 def test_arl_eval_on_a_checkpoint_and_a_positions_file(tmp_path, warm_model_dir, capsys):
     ckpt = _checkpoint(warm_model_dir, tmp_path / "checkpoints" / "step_000007")
-    for opponent in ("minimax", "random", "eps:0.3"):
+    for opponent in ("minimax", "random", "eps_minimax:0.3"):
         assert main(["eval", "--checkpoint", str(ckpt), "--opponent", opponent,
                      "--games", "4", "--max-new-tokens", "24"]) == 0
         last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -120,4 +122,4 @@ def test_arl_eval_on_a_checkpoint_and_a_positions_file(tmp_path, warm_model_dir,
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert last["positions"] == 2 and last["samples"] == 3
     assert last["accuracy"]["count"] <= 6 and 0 <= last["accuracy"]["ci95"][0]
-    assert main(["eval", "--checkpoint", warm_model_dir, "--opponent", "eps:7"]) == 2
+    assert main(["eval", "--checkpoint", warm_model_dir, "--opponent", "eps_minimax:7"]) == 2

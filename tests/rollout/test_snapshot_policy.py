@@ -55,7 +55,7 @@ def test_self_play_trains_on_ray(tmp_path, warm_model_dir):
 
     cfg = ci_config(warm_model_dir, tmp_path, "env.name=tictactoe", "env.opponent=policy",
                     "env.opponent_refresh_every=2", "rollout.max_turns=5", "steps=3")
-    train(cfg, use_ray=True)
+    train(cfg)
     rows = metrics_rows(tmp_path / "ci")
     assert [r["step"] for r in rows] == [0, 1, 2]
     for row in rows:  # every game ended one way or another against the snapshot

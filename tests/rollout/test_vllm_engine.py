@@ -180,7 +180,7 @@ def test_train_on_ray_with_vllm_leaves_nothing_behind(tmp_path, warm_model_dir):
     shm, t0 = _shm_entries(), time.time()
     cfg = ci_config(warm_model_dir, tmp_path, "rollout.engine=vllm",
                     "rollout.vllm.max_model_len=512")
-    train(cfg, use_ray=True)
+    train(cfg)
     rows = metrics_rows(tmp_path / "ci")
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert all(r["rollout/sampler_logprob_gap"] < 0.05 for r in rows), rows

@@ -7,6 +7,7 @@ import hashlib
 
 import pytest
 
+from arl.actors.hosts import LocalHost
 from arl.app.train import train
 from arl.config import ConfigError
 from tests.builders import ci_config, metrics_rows
@@ -18,14 +19,18 @@ def _weights_hash(run_dir, step):
 
 
 def test_async_at_staleness_zero_is_sync_exactly(tmp_path, warm_model_dir):
+    """On Ray and in-process alike: the pipeline uses only the cluster's interface."""
     steps = 4
-    for name, mode in (("sync", "sync"), ("async", "async")):
+    runs = (("sync", "sync", None), ("async", "async", None), ("local", "async", LocalHost()))
+    for name, mode, host in runs:
         train(ci_config(warm_model_dir, tmp_path, f"run_name={name}", f"mode={mode}",
-                   "max_staleness=0", f"steps={steps}", "rollout.num_workers=2",
-                   "rollout.groups_per_step=2", "ray.num_cpus=3"), use_ray=True)
-    sync, async_ = metrics_rows(tmp_path / "sync"), metrics_rows(tmp_path / "async")
-    assert len(sync) == steps and sync == async_  # every metric, histograms included
-    assert _weights_hash(tmp_path / "sync", steps) == _weights_hash(tmp_path / "async", steps)
+                        "max_staleness=0", f"steps={steps}", "rollout.num_workers=2",
+                        "rollout.groups_per_step=2", "ray.num_cpus=3"), host)
+    sync = metrics_rows(tmp_path / "sync")
+    assert len(sync) == steps
+    for name in ("async", "local"):
+        assert metrics_rows(tmp_path / name) == sync  # every metric, histograms included
+        assert _weights_hash(tmp_path / name, steps) == _weights_hash(tmp_path / "sync", steps)
 
 
 @pytest.mark.slow
@@ -34,7 +39,7 @@ def test_slow_workers_stay_within_the_bound_and_nothing_is_trained_twice(tmp_pat
     cfg = ci_config(warm_model_dir, tmp_path, "mode=async", "max_staleness=1", "steps=10",
                "rollout.num_workers=2", "rollout.groups_per_step=2",
                "rollout.fault_delay_s=1.5", "ray.num_cpus=3")
-    train(cfg, use_ray=True)
+    train(cfg)
     rows = metrics_rows(tmp_path / "ci")
     assert [r["step"] for r in rows] == list(range(10))
     assert all(r["async/staleness_max"] <= 1 for r in rows)
@@ -52,7 +57,7 @@ def test_too_few_cpus_fail_fast_instead_of_waiting_forever(tmp_path, warm_model_
     import ray
 
     with pytest.raises(RuntimeError, match="reserve 3 CPUs .* cluster has 2"):
-        train(cfg, use_ray=True)
+        train(cfg)
     assert not ray.is_initialized(), "the embedded cluster is shut down on the error too"
 
 

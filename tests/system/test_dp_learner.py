@@ -20,6 +20,7 @@ def _trajectories(count: int, seed: int):
 
 def _group(tiny_model_dir: str, world: int, backend: str = "torch", zero_stage: int = 2):
     from arl.actors.group import ActorGroup
+    from arl.actors.hosts import RayHost
     from arl.actors.learner import LearnerActor
 
     # lr large enough that two steps move every weight; 3 mini-batches of 13 over 39
@@ -28,7 +29,8 @@ def _group(tiny_model_dir: str, world: int, backend: str = "torch", zero_stage: 
     cfg = learner_cfg(lr=1e-3, mini_batches=3, micro_batch_size=3, backend=backend,
                         zero_stage=zero_stage)
     group = ActorGroup(LearnerActor, [(ModelConfig(path=tiny_model_dir, dtype="float32"),
-                                        cfg, 10, 0, 1.0, 1)] * world, num_cpus=1)
+                                        cfg, 10, 0, 1.0, 1)] * world, num_cpus=1,
+                       host=RayHost())
     if world > 1:
         address, port = group.get(group.submit_one(0, "rendezvous", ()))
         group.get(group.submit("join_group", [(r, world, address, port) for r in range(world)]))
@@ -169,7 +171,7 @@ def test_loop_trains_with_two_learners(tmp_path, warm_model_dir):
     cfg = load_config(["configs/ci.yaml"], [
         f"model.path={warm_model_dir}", f"output_dir={tmp_path}", "ray.address=local",
         "learner.resources.num_workers=2", "ray.num_cpus=3", "learner.checkpoint.every=1"])
-    train(cfg, use_ray=True)
+    train(cfg)
     with open(tmp_path / "ci" / "metrics.jsonl") as f:
         rows = [json.loads(line) for line in f]
     assert [r["step"] for r in rows] == [0, 1, 2]

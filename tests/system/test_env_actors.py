@@ -17,7 +17,7 @@ RUNNERS = ("rollout.env_actors=2", "ray.num_cpus=4")
 
 
 def _run(model_dir, out_dir, *overrides):
-    train(ci_config(model_dir, out_dir, *overrides), use_ray=True)
+    train(ci_config(model_dir, out_dir, *overrides))
     return metrics_rows(out_dir / "ci")
 
 
@@ -68,7 +68,7 @@ def test_killed_env_runner_is_rebuilt_and_its_collect_replayed(tmp_path, warm_mo
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
-    train(ci_config(warm_model_dir, tmp_path, "steps=12", *RUNNERS), use_ray=True)
+    train(ci_config(warm_model_dir, tmp_path, "steps=12", *RUNNERS))
     thread.join(timeout=60)
     assert len(killed) == 3 and len(set(killed)) == 3
     rows = metrics_rows(tmp_path / "ci")

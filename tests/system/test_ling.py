@@ -47,7 +47,7 @@ def test_tiny_ling_model_trains_on_ray(tmp_path, ling_model_dir):
     from arl.model.causal_lm import load_model
 
     cfg = ci_config(ling_model_dir, tmp_path, "rollout.group_size=8", "rollout.max_new_tokens=32")
-    train(cfg, use_ray=True)
+    train(cfg)
     rows = metrics_rows(tmp_path / "ci")
     assert [r["step"] for r in rows] == [0, 1, 2]
     # The engine and the learner compute the same log-probs, expert routing included.

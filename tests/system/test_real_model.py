@@ -58,7 +58,7 @@ def test_a_format_warm_up_of_smollm2_then_gspo_steps(tmp_path):
     cfg = load_config([CONFIG], [
         f"model.path={out}", "steps=2", "rollout.groups_per_step=2", "rollout.group_size=4",
         "wandb.mode=disabled", f"output_dir={tmp_path}", "ray.address=local"])
-    train(cfg, use_ray=True)
+    train(cfg)
     rows = (tmp_path / "tictactoe_move_smollm2" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(r)["step"] for r in rows] == [0, 1]
 
@@ -70,7 +70,7 @@ def test_three_gspo_steps_of_smollm2_on_cpu(tmp_path):
         f"model.path={GGUF}", "steps=3", "rollout.groups_per_step=2", "rollout.group_size=4",
         "learner.optim.mini_batches=2", "learner.compute.micro_batch_size=4", "wandb.mode=disabled",
         f"output_dir={tmp_path}", "ray.address=local"])
-    metrics = train(cfg, use_ray=True)
+    metrics = train(cfg)
     run = tmp_path / "tictactoe_move_smollm2"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]

@@ -98,7 +98,7 @@ def test_secrets_never_reach_the_run_files_or_the_ray_logs(tmp_path, warm_model_
     cfg = load_config(["configs/ci.yaml"], [f"model.path={warm_model_dir}",
                                             f"output_dir={tmp_path}", "steps=2",
                                             "wandb.mode=offline", "ray.address=local"])
-    train(cfg, use_ray=True)
+    train(cfg)
     assert session and os.path.isdir(session[0])
     leaks = []
     for folder in (tmp_path, pathlib.Path(session[0])):

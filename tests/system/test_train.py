@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from arl.actors.hosts import LocalHost
 from arl.app.train import train
 from tests.builders import ci_config, metrics_rows
 
@@ -15,7 +16,7 @@ def test_driver_on_local_ray_cluster(tmp_path, warm_model_dir):
     import ray
 
     cfg = ci_config(warm_model_dir, tmp_path, "wandb.mode=offline", "ray.address=local")
-    train(cfg, use_ray=True)
+    train(cfg)
     assert not ray.is_initialized(), "the embedded cluster is shut down after the run"
     run_dir = tmp_path / "ci"
     rows = metrics_rows(run_dir, untimed=False)
@@ -42,9 +43,9 @@ def test_same_seed_same_metrics_and_ray_matches_in_process(tmp_path, warm_model_
     """Two in-process runs and one on Ray: identical reward and loss columns."""
     columns = ("rollout/reward_mean", "learner/loss", "learner/grad_norm", "gspo/ratio_mean")
     results = []
-    for name, use_ray in (("a", False), ("b", False), ("c", True)):
+    for name, host in (("a", LocalHost()), ("b", LocalHost()), ("c", None)):
         cfg = ci_config(warm_model_dir, tmp_path, f"run_name={name}", "ray.address=local")
-        train(cfg, use_ray=use_ray)
+        train(cfg, host)
         rows = metrics_rows(tmp_path / name, untimed=False)
         results.append([[r[k] for k in columns] for r in rows])
     assert results[0] == results[1] == results[2]
@@ -55,8 +56,8 @@ def test_same_seed_same_metrics_and_ray_matches_in_process(tmp_path, warm_model_
 
 def test_previous_run_is_moved_aside(tmp_path, warm_model_dir):
     cfg = ci_config(warm_model_dir, tmp_path, "steps=1")
-    train(cfg, use_ray=False)
-    train(cfg, use_ray=False)
+    train(cfg, host=LocalHost())
+    train(cfg, host=LocalHost())
     assert (tmp_path / "ci" / "metrics.jsonl").is_file()
     assert (tmp_path / "ci.prev-1" / "metrics.jsonl").is_file()
 
@@ -64,7 +65,7 @@ def test_previous_run_is_moved_aside(tmp_path, warm_model_dir):
 @pytest.mark.parametrize("loss", ["gspo_token", "grpo"])
 def test_other_losses_run(tmp_path, warm_model_dir, loss):
     cfg = ci_config(warm_model_dir, tmp_path, f"learner.loss.name={loss}", "steps=1")
-    metrics = train(cfg, use_ray=False)
+    metrics = train(cfg, host=LocalHost())
     assert metrics["learner/loss"] == metrics["learner/loss"]  # finite, not NaN
 
 
@@ -83,7 +84,7 @@ def test_non_finite_steps_in_a_row_save_a_checkpoint_and_stop(tmp_path, warm_mod
     monkeypatch.setattr(driver, "group_advantages", nan_advantages)
     cfg = ci_config(warm_model_dir, tmp_path, "steps=5", "learner.optim.max_nonfinite_in_row=3")
     with pytest.raises(driver.NonFiniteError, match="3 optimizer steps in a row"):
-        train(cfg, use_ray=False)
+        train(cfg, host=LocalHost())
     rows = metrics_rows(tmp_path / "ci", untimed=False)
     # ci.yaml: 2 mini-batches a step, so the third skipped optimizer step comes in step 2.
     assert [r["learner/skipped_in_row"] for r in rows] == [2.0, 4.0]
@@ -110,7 +111,7 @@ def test_env_failures_mask_their_groups_and_the_run_goes_on(tmp_path, warm_model
 
     monkeypatch.setattr(TicTacToeMoveEnv, "step", flaky_step)
     cfg = ci_config(warm_model_dir, tmp_path, "steps=3")
-    metrics = train(cfg, use_ray=False)
+    metrics = train(cfg, host=LocalHost())
     rows = metrics_rows(tmp_path / "ci", untimed=False)
     assert len(rows) == 3 and metrics["rollout/failed_episodes"] == 0.0
     assert [r["rollout/failed_episodes"] for r in rows[:2]] == [6.0, 2.0]  # 8 episodes a step
@@ -126,13 +127,13 @@ def test_env_failures_mask_their_groups_and_the_run_goes_on(tmp_path, warm_model
 def test_resume_auto_continues_and_refuses_a_tampered_checkpoint(tmp_path, warm_model_dir):
     from arl.model.checkpoint.store import CheckpointError, load_checkpoint
 
-    whole = train(ci_config(warm_model_dir, tmp_path / "a", "steps=3"), use_ray=False)
+    whole = train(ci_config(warm_model_dir, tmp_path / "a", "steps=3"), host=LocalHost())
     train(ci_config(warm_model_dir, tmp_path / "b", "steps=2", "learner.checkpoint.every=1",
-               "wandb.mode=offline"), use_ray=False)
+               "wandb.mode=offline"), host=LocalHost())
     partial = tmp_path / "b" / "ci" / "checkpoints" / ".step_000003.tmp-x1"
     partial.mkdir()  # what a crash in the middle of a checkpoint write leaves
     resumed = train(ci_config(warm_model_dir, tmp_path / "b", "steps=3", "resume=auto",
-                         "wandb.mode=offline"), use_ray=False)
+                         "wandb.mode=offline"), host=LocalHost())
     assert not partial.exists()
     # wandb continues the same run: both offline run folders carry the checkpoint's run id.
     ids = {p.rsplit("-", 1)[1] for p in glob.glob(str(tmp_path / "b/ci/wandb/offline-run-*"))}
@@ -150,7 +151,7 @@ def test_resume_auto_continues_and_refuses_a_tampered_checkpoint(tmp_path, warm_
     data[-1] ^= 0xFF
     open(weights, "wb").write(bytes(data))
     with pytest.raises(CheckpointError, match="model.safetensors"):
-        train(ci_config(warm_model_dir, tmp_path / "b", "steps=4", "resume=auto"), use_ray=False)
+        train(ci_config(warm_model_dir, tmp_path / "b", "steps=4", "resume=auto"), host=LocalHost())
 
 
 @pytest.mark.parametrize("transport", [
@@ -184,7 +185,7 @@ def test_killed_rollout_worker_is_rebuilt_and_the_run_completes(tmp_path, warm_m
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
-    metrics = train(cfg, use_ray=True)
+    metrics = train(cfg)
     thread.join(timeout=60)
     assert len(killed) == 3 and len(set(killed)) == 3  # three different processes died
     assert metrics["rollout/actor_restarts"] == 3.0
@@ -214,7 +215,7 @@ def test_hung_rollout_worker_is_replaced_after_timeout(tmp_path, warm_model_dir)
 
     thread = threading.Thread(target=hang, daemon=True)
     thread.start()
-    metrics = train(cfg, use_ray=True)
+    metrics = train(cfg)
     thread.join(timeout=60)
     assert hung and not psutil.pid_exists(hung[0])  # the sleeper was killed, not waited out
     assert metrics["rollout/actor_restarts"] >= 1.0

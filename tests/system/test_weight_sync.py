@@ -44,7 +44,7 @@ def test_gloo_broadcast_trains_exactly_like_the_object_store(tmp_path, warm_mode
             f"model.path={warm_model_dir}", f"output_dir={tmp_path}", f"run_name={transport}",
             "ray.address=local", "ray.num_cpus=3", "rollout.num_workers=2",
             f"weight_sync.transport={transport}", "weight_sync.bucket_mib=0.05"])
-        train(cfg, use_ray=True)
+        train(cfg)
         with open(tmp_path / transport / "metrics.jsonl") as f:
             rows = [json.loads(line) for line in f]
         assert [r["step"] for r in rows] == [0, 1, 2]
@@ -64,12 +64,12 @@ def test_gloo_sync_delivers_the_learner_weights_to_every_worker(warm_model_dir):
         "rollout.num_workers=2", "model.dtype=float32", "weight_sync.transport=gloo",
         "weight_sync.bucket_mib=0.05"])
     with Cluster(cfg) as cluster:
-        learner = cluster.learner.group
+        learner = cluster._learner.group
         learner.get(learner.members[0].__ray_call__.remote(  # weights the folder does not have
             lambda w: [p.data.add_(0.01) for p in w.learner.model.parameters()] and None))
         cluster.push_weights(5)
         want = learner.get(learner.submit("export_weights", [()]))[0]
-        for member in cluster.rollout.group.members:
+        for member in cluster._rollout.group.members:
             got, version, joined = ray.get(member.__ray_call__.remote(lambda w: (
                 {k: v.numpy().copy() for k, v in w.engine.model.state_dict().items()},
                 w.engine.version, w.sync is not None)))

@@ -31,8 +31,9 @@ log = logging.getLogger(__name__)
 _STEP_DIR = re.compile(r"step_(\d+)")
 
 
-def checkpoint_step(path: str) -> int:
-    """The step of a checkpoint folder `.../step_<n>`."""
+def step_in_name(path: str) -> int:
+    """The step a checkpoint folder's name says (`.../step_<n>`: no file is read; see
+    `saved_step` for the manifest's)."""
     return int(_STEP_DIR.fullmatch(os.path.basename(os.path.normpath(path))).group(1))
 
 
@@ -49,7 +50,7 @@ def latest_checkpoint(directory: str) -> str | None:
     pointed = read_latest(directory)
     if pointed is not None and _STEP_DIR.fullmatch(pointed.name):
         steps.append(str(pointed))
-    return max(steps, key=checkpoint_step) if steps else None
+    return max(steps, key=step_in_name) if steps else None
 
 
 def resolve_checkpoint(path: str) -> str:
@@ -95,7 +96,7 @@ def checkpoint_under(folder: str) -> str | None:
 def named_checkpoint(folder: str, name: str) -> str:
     """checkpoints/step_<n> for `resume=step_<n>` (any zero padding); UserError if absent."""
     step = int(name[len("step_"):])
-    found = {checkpoint_step(n): n for n in step_folders(folder)}
+    found = {step_in_name(n): n for n in step_folders(folder)}
     if step not in found:
         have = ", ".join(found[k] for k in sorted(found)) or "none"
         raise UserError(f"resume={name}: no checkpoint step_{step:06d} in {folder} "
@@ -119,8 +120,8 @@ def require_intact(path: str) -> None:
     except CheckpointError as err:
         bad = str(err)
     folder = os.path.dirname(path)
-    older = sorted((n for n in step_folders(folder) if checkpoint_step(n) < checkpoint_step(
-        path)), key=checkpoint_step, reverse=True)
+    older = sorted((n for n in step_folders(folder) if step_in_name(n) < step_in_name(
+        path)), key=step_in_name, reverse=True)
     for name in older:
         try:
             verify_checkpoint(os.path.join(folder, name))
@@ -135,7 +136,7 @@ def set_aside_after(folder: str, step: int) -> None:
     """Rename the checkpoints later than `step` to step_<n>.aside[-k] (kept, never read
     again), so that the resumed run writes its own."""
     for name in step_folders(folder):
-        if checkpoint_step(name) > step:
+        if step_in_name(name) > step:
             target, k = os.path.join(folder, f"{name}.aside"), 1
             while os.path.exists(target):
                 k += 1
@@ -157,7 +158,7 @@ def prune(folder: str, keep: int) -> list[str]:
     """Delete all but the newest `keep` checkpoints of `folder` (0: keep all); the one
     `latest` names is always kept, and a folder without a manifest is never a checkpoint to
     delete. Returns the deleted folders."""
-    steps = sorted(step_folders(folder), key=checkpoint_step)
+    steps = sorted(step_folders(folder), key=step_in_name)
     pointed = read_latest(folder)
     doomed = steps[:-keep] if keep else []
     removed = []
@@ -173,12 +174,13 @@ def prune(folder: str, keep: int) -> list[str]:
 
 def newest_up_to(folder: str, step: int) -> str | None:
     """The newest checkpoint of `folder` no later than `step`, or None."""
-    steps = [n for n in step_folders(folder) if checkpoint_step(n) <= step]
-    return os.path.join(folder, max(steps, key=checkpoint_step)) if steps else None
+    steps = [n for n in step_folders(folder) if step_in_name(n) <= step]
+    return os.path.join(folder, max(steps, key=step_in_name)) if steps else None
 
 
-def step_of(path: str) -> int:
-    """The learner step a checkpoint was saved after (its manifest's `step`)."""
+def saved_step(path: str) -> int:
+    """The learner step a checkpoint was saved after, as its manifest says (any folder
+    name: a checkpoint may have been copied or renamed)."""
     return int(read_manifest(Path(path))["step"])
 
 

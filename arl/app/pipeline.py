@@ -23,11 +23,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import ray
-
-from arl.actors.cluster import Cluster
-from arl.actors.rollout_pool import RolloutBatch, worker_shares
+from arl.actors.cluster import Cluster, StepCall
+from arl.actors.rollout_pool import RolloutBatch, RolloutCall, worker_shares
 from arl.config import Config
+from arl.errors import RolloutWorkerLost
 from arl.steps import start_states, transcripts_wanted
 from arl.types import EpisodeSummary
 
@@ -35,9 +34,7 @@ from arl.types import EpisodeSummary
 @dataclass
 class _Chunk:
     index: int
-    worker: int
-    args: tuple
-    refs: Any = None
+    call: RolloutCall
     summaries: list[EpisodeSummary] = field(default_factory=list)
 
 
@@ -56,10 +53,9 @@ class AsyncRollouts:
 
     def __init__(self, cluster: Cluster, cfg: Config, first_step: int):
         self.cluster = cluster
-        self.pool = cluster.rollout
         self.cfg = cfg
         self.k = cfg.max_staleness
-        self.workers = len(self.pool)
+        self.workers = cluster.rollout_workers
         self.next_chunk = first_step * self.workers
         self.dropped_chunks = 0
         self.busy: dict[int, _Chunk] = {}  # worker -> its chunk in flight
@@ -78,37 +74,29 @@ class AsyncRollouts:
                 continue
             c = self.next_chunk
             self.next_chunk += 1
-            chunk = _Chunk(c, w, chunk_args(self.cfg, c))
-            chunk.refs = self.pool.submit(w, chunk.args)
-            self.busy[w] = chunk
+            self.busy[w] = _Chunk(c, self.cluster.start_rollout(w, chunk_args(self.cfg, c)))
             self.rollout_idle_s += time.perf_counter() - self.idle_since.pop(w)
 
-    def poll(self, timeout: float | None, also: Any = None) -> bool:
-        """Wait up to `timeout` s (None: no limit) for a chunk, or for `also` (another
-        reference) if given, to complete; move completed chunks to the done list. Return
-        whether `also` is ready. A dead worker is rebuilt (current weights) and plays its
-        chunk again."""
+    def poll(self, timeout: float | None, also: StepCall | None = None) -> bool:
+        """Wait up to `timeout` s (None: no limit) for a chunk, or for `also` (a learner
+        step) if given, to complete; move completed chunks to the done list. Return whether
+        `also` is done. A dead worker is rebuilt (current weights) and plays its chunk again."""
         workers = list(self.busy)
-        refs = [self._head(self.busy[w]) for w in workers] + ([also] if also is not None else [])
-        if not refs:
+        calls = [self.busy[w].call for w in workers] + ([also] if also is not None else [])
+        if not calls:
             return False
-        ready = self.pool.group.wait(refs, timeout)
+        ready = self.cluster.wait(calls, timeout)
         for w in (workers[i] for i in ready if i < len(workers)):
             chunk = self.busy.pop(w)
             try:
-                chunk.summaries = self.pool.group.get(self._head(chunk))
-            except ray.exceptions.RayActorError as err:
-                self.pool.recover(w, f"died ({type(err).__name__})")
-                chunk.refs = self.pool.submit(w, chunk.args)
+                chunk.summaries = self.cluster.rollout_result(chunk.call)
+            except RolloutWorkerLost:
+                chunk.call = self.cluster.start_rollout(w, chunk.call.args)
                 self.busy[w] = chunk
                 continue
             self.done.append(chunk)
             self.idle_since[w] = time.perf_counter()
         return also is not None and len(workers) in ready
-
-    @staticmethod
-    def _head(chunk: _Chunk) -> Any:
-        return chunk.refs[0]
 
     def next_batch(self, learner_version: int) -> tuple[RolloutBatch, AsyncStats]:
         """The next W fresh chunks as one batch (ordered by chunk index), feeding workers
@@ -133,16 +121,15 @@ class AsyncRollouts:
         for chunk in taken:
             staleness += [learner_version - s.policy_version for s in chunk.summaries]
         batch = RolloutBatch([s for ch in taken for s in ch.summaries],
-                             [ch.refs[1] for ch in taken])
+                             [ch.call.trajectories for ch in taken])
         return batch, AsyncStats(staleness, dropped)
 
-    def wait_for(self, refs: list[Any], version: int) -> Any:
-        """Rank 0's result of the learner's step `refs` (every rank's reference), keeping the
-        rollout workers fed meanwhile."""
+    def wait_for(self, step: StepCall, version: int) -> dict[str, Any]:
+        """The learner step's metrics, keeping the rollout workers fed meanwhile."""
         while True:
             self.feed(version)
-            if self.poll(timeout=None, also=refs[0]):
-                return self.cluster.learner.get(refs)[0]
+            if self.poll(timeout=None, also=step):
+                return self.cluster.step_result(step)
 
     def take_rollout_idle(self) -> float:
         """Mean idle seconds per rollout worker since the last call (workers idle now count
