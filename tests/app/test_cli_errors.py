@@ -71,11 +71,12 @@ def test_a_missing_path_is_not_a_download(tmp_path):
 
 
 def test_missing_model_built_by_arl_says_to_warm_start(tmp_path):
-    out = _arl("train", "configs/ci.yaml", env={"ARL_HOME": str(tmp_path)})
-    _one_line_exit_2(out, "model.path", "arl warmstart configs/warmstart.yaml")
-    # Each warm start is named by the config that builds it: the demo's is not the default.
-    out = _arl("train", "configs/tictactoe_move.yaml", env={"ARL_HOME": str(tmp_path)})
-    _one_line_exit_2(out, "model.path", "arl warmstart configs/warmstart_board.yaml")
+    out = _arl("train", "configs/tictactoe.yaml", env={"ARL_HOME": str(tmp_path)})
+    _one_line_exit_2(out, "model.path", "arl warmstart configs/warmstart_games.yaml")
+    # Each warm start is named by the config that builds it; the demo's serves ci.yaml too.
+    for config in ("configs/tictactoe_move.yaml", "configs/ci.yaml"):
+        out = _arl("train", config, env={"ARL_HOME": str(tmp_path)})
+        _one_line_exit_2(out, "model.path", "arl warmstart configs/warmstart_board.yaml")
     out = _arl("train", "configs/ci.yaml", "model.path=cache:no-such-model",
                env={"ARL_HOME": str(tmp_path)})
     _one_line_exit_2(out, "arl warmstart warmstart.output=cache:no-such-model")

@@ -1,11 +1,12 @@
-"""The README's Ray cluster commands, run verbatim: `ray start` a real head node (and a second
-node), `ray job submit -- arl train CONFIG` with no path overrides, then the run directory
-the job's log names, and `arl eval` on its latest checkpoint.
+"""The Ray cluster commands of the README and the scale-out page, run verbatim: `ray start`
+a real head node (and a second node), `ray job submit -- arl train CONFIG` with no path
+overrides, then the run directory the job's log names, and `arl eval` on its latest
+checkpoint.
 
-The command lines are read out of README.md, so the README cannot drift from what is
-tested. The environment only isolates the test: ARL_HOME (where `arl warmstart` put the
-model, a copy of the test's warm model here) and RAY_TMPDIR (the cluster's temp dir, so
-the test stops only its own processes).
+The command lines are read out of README.md and docs/scale-out.md, so neither can drift
+from what is tested. The environment only isolates the test: ARL_HOME (where `arl
+warmstart` put the model, a copy of the test's warm model here) and RAY_TMPDIR (the
+cluster's temp dir, so the test stops only its own processes).
 """
 
 from __future__ import annotations
@@ -26,17 +27,18 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BIN = pathlib.Path(sys.executable).parent
 README = (ROOT / "README.md").read_text()
+SCALE_OUT = (ROOT / "docs" / "scale-out.md").read_text()  # the two-node block lives there
 RUN_DIR_LINE = re.compile(r"arl train: run directory (\S+)")
 
 
 def readme_block(marker: str) -> list[str]:
     """The command lines of the README's ```bash block that contains `marker`, with their
     trailing comments removed."""
-    for block in re.findall(r"```bash\n(.*?)```", README, re.S):
+    for block in re.findall(r"```bash\n(.*?)```", README + SCALE_OUT, re.S):
         if marker in block:
             lines = [re.sub(r"\s+#.*$", "", line).strip() for line in block.splitlines()]
             return [line for line in lines if line]
-    raise AssertionError(f"README.md has no bash block with {marker!r}")
+    raise AssertionError(f"README.md and docs/scale-out.md have no bash block with {marker!r}")
 
 
 def _sh(line: str, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -49,7 +51,7 @@ def cluster_env(tmp_path, warm_model_dir):
     """The environment of a person who ran `make demo` (the warm model in ARL_HOME), with
     the cluster's temp dir of its own; afterwards, every process of that cluster is gone."""
     home = tmp_path / "arl-home"
-    shutil.copytree(warm_model_dir, home / "models" / "tiny-warmstart")
+    shutil.copytree(warm_model_dir, home / "models" / "tiny-warmstart-board")
     ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # Ray's socket paths stay short
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "ARL_HOME": str(home),
            "RAY_TMPDIR": ray_tmp}
