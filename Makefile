@@ -17,7 +17,7 @@ DEMO_CONFIG ?= configs/tictactoe_move.yaml
 DEMO_WARMSTART ?= configs/warmstart_board.yaml
 
 .PHONY: demo games demo-smollm2 test test-slow test-vllm lint venv venv-base venv-smollm2 venv-vllm \
-	warmstart clean docs docs-serve docs-pages
+	warmstart clean docs docs-serve docs-pages results
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,12 @@ $(VENV)/.installed-docs: $(VENV)/.installed-base
 
 docs-pages: venv-base
 	$(VENV)/bin/python -m arl.app.reference docs/reference
+
+# The results pages (docs/results/) from the runs docs/results.yaml names (make demo, make games,
+# ...): each run's curve beside random, perfect and warm-start baselines, held-out positions
+# and games. A page whose run is missing is skipped, naming the command that makes it.
+results: venv-base
+	$(VENV)/bin/python -m arl.app.results docs/results.yaml
 
 docs: $(VENV)/.installed-docs docs-pages
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict

@@ -3,4 +3,4 @@
 The core package imports no Ray, vLLM, DeepSpeed or wandb: those load at the edge.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"

@@ -84,6 +84,10 @@ class EnvSpec:
     legal_calls  optional env -> [ToolCall]: the well-formed call of every legal move of a
                  live episode's env, for warm starts that teach the format with uniformly
                  random legal moves (`arl warmstart` with `warmstart.env`)
+    reference    optional (env, player, rng) -> ToolCall: the call a reference player makes
+                 in a live episode's env, `random` (a uniformly random legal move) or
+                 `perfect` (the best play the env knows); raises ValueError for a player it
+                 does not have. What results are read against (arl/rollout/reference.py)
     """
 
     name: str
@@ -97,6 +101,7 @@ class EnvSpec:
     eval_game: Callable[[Any, str, str], tuple[str, Any]] | None = None
     position: Callable[[Any, dict], tuple[Env, tuple[int, ...]]] | None = None
     legal_calls: Callable[[Any], list[ToolCall]] | None = None
+    reference: Callable[[Any, str, Any], ToolCall] | None = None
 
     def make(self, cfg: EnvConfig, ctx: EnvContext | None = None) -> Env:
         """A new env for `cfg` (which must be of this spec's config type)."""

@@ -11,6 +11,7 @@ import argparse
 import logging
 import sys
 
+from arl import __version__
 from arl.config import load_config
 from arl.dtypes import DTYPES
 from arl.errors import UserError, one_line
@@ -43,6 +44,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="arl", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"arl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="GSPO training (embedded Ray, or the cluster it runs on)",
                            epilog=TRAIN_EPILOG, formatter_class=argparse.RawTextHelpFormatter)

@@ -17,6 +17,7 @@ from arl.envs.connect_four import SPEC as CONNECT_FOUR_RULES
 from arl.envs.connect_four import make_connect_four
 from arl.envs.game_env import GameSpec, board_prompt, position_prompt
 from arl.envs.opponents import PolicyOpponent, opponent_schedule, parse_opponent
+from arl.envs.reference_players import reference_call
 from arl.envs.tictactoe import SPEC as TICTACTOE_RULES
 from arl.envs.tictactoe import make_tictactoe
 from arl.envs.tictactoe_move import LAST_MOVE_MARKS, TicTacToeMoveEnv, position_env
@@ -129,6 +130,7 @@ TICTACTOE_MOVE = EnvSpec(
     eval_game=_move_task_game,
     position=_position_of,
     check=_check_move_task,
+    reference=reference_call,
 )
 
 
@@ -139,7 +141,7 @@ def _full_game(name: str, make, config: type, max_turns: int, check, **hooks) ->
                    config=config,
                    outcomes=GAME_OUTCOMES, max_turns=max_turns, check=check,
                    self_play=_self_play(name), schedule=opponent_schedule,
-                   eval_game=_game_against(name), **hooks)
+                   eval_game=_game_against(name), reference=reference_call, **hooks)
 
 
 TICTACTOE = _full_game("tictactoe", make_tictactoe, TicTacToeConfig, 9, _check_tictactoe,

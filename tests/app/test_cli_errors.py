@@ -157,3 +157,13 @@ def test_a_nul_byte_anywhere_is_one_line(capsys, tmp_path):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert len(err.splitlines()) == 1 and "\x00" not in err, err
+
+
+def test_version_is_the_installed_distributions():
+    from importlib.metadata import version
+
+    import arl
+
+    out = _arl("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"arl {arl.__version__}"
+    assert version("arl") == arl.__version__

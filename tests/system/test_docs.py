@@ -8,6 +8,10 @@ import json
 import pathlib
 import re
 
+import numpy as np
+import pytest
+import yaml
+
 from arl.actors.hosts import LocalHost
 from arl.app.reference import generated
 from arl.app.train import train
@@ -41,19 +45,50 @@ def test_the_config_reference_covers_every_key_of_every_env():
     assert sorted(k for k in wanted if f"| `{k}` |" not in page) == []
 
 
-def test_the_glossary_names_every_key_the_demo_writes(tmp_path, warm_model_dir):
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory, warm_model_dir):
     """The demo's config for 2 short steps in-process, evaluating on the last one."""
+    out = tmp_path_factory.mktemp("runs")
     cfg = load_config(["configs/tictactoe_move.yaml"], [
-        f"model.path={warm_model_dir}", f"output_dir={tmp_path}", "steps=2",
+        f"model.path={warm_model_dir}", f"output_dir={out}", "steps=2",
         "rollout.groups_per_step=2", "eval.every=2", "eval.games=1", "wandb.mode=disabled",
         "learner.checkpoint.every=0"])
     train(cfg, LocalHost())
-    rows = (tmp_path / cfg.run_name / "metrics.jsonl").read_text().splitlines()
+    return out / cfg.run_name
+
+
+def test_the_glossary_names_every_key_the_demo_writes(demo_run):
+    rows = (demo_run / "metrics.jsonl").read_text().splitlines()
     written = {key for row in rows for key in json.loads(row)}
     assert any(k.startswith("eval/") for k in written)
     assert sorted(k for k in written if glossary_entry(k) is None) == []
     page = (ROOT / "docs" / "reference" / "metrics.md").read_text()
     assert all(f"`{entry}`" in page for entry in GLOSSARY)
+
+
+def test_a_results_page_is_generated_from_the_run(demo_run, warm_model_dir, tmp_path):
+    """Its training table is the run's metrics; its baselines are the reference players'."""
+    from arl.app.results import main
+    from arl.rollout.reference import play_reference
+
+    spec = tmp_path / "results.yaml"
+    spec.write_text(yaml.safe_dump({"pages": [{
+        "page": "demo", "title": "Two steps", "command": "arl train ...", "run": str(demo_run),
+        "warm_start": warm_model_dir, "episodes": 8, "games": 2, "opponents": ["random"],
+        "positions": ["configs/positions/win_in_one.jsonl"]}]}))
+    assert main([str(spec), str(tmp_path / "out")]) == 0
+    page = (tmp_path / "out" / "demo.md").read_text()
+    assert (tmp_path / "out" / "demo.png").stat().st_size > 10_000
+    rows = [json.loads(line) for line in (demo_run / "metrics.jsonl").read_text().splitlines()]
+    reward = np.mean([r["rollout/reward_mean"] for r in rows])
+    assert f"| `rollout/reward_mean` | {reward:.3f} | {reward:.3f} |" in page
+    env = load_config([str(demo_run / "config.json")], check_paths=False).env
+    random_ = np.mean([p.reward for p in play_reference(env, "random", 8, 10**9)])
+    assert f"| uniformly random legal | {random_:+.3f} | {random_:+.3f} |" in page
+    for row in ("perfect play", "warm start", "final checkpoint (step 2)"):
+        assert f"| {row}" in page
+    assert "## How this page was made" in page and "torch " in page
+    assert "[Two steps](demo.md)" in (tmp_path / "out" / "index.md").read_text()
 
 
 def test_no_file_cites_a_document_that_is_not_in_the_repository():
@@ -62,9 +97,11 @@ def test_no_file_cites_a_document_that_is_not_in_the_repository():
     for path in [*ROOT.glob("arl/**/*.py"), *ROOT.glob("tests/**/*.py"),
                  *ROOT.glob("bench/*.py"), *ROOT.glob("configs/**/*.yaml"),
                  *ROOT.glob("*.md"), *ROOT.glob("docs/**/*.md"), ROOT / "Makefile"]:
+        if path.name == "test_docs.py":  # it writes pages of its own
+            continue
         for name in cited.findall(path.read_text()):
             where = [ROOT / name, path.parent / name, ROOT / "docs" / name,
-                     ROOT / "docs" / "reference" / name]
+                     ROOT / "docs" / "reference" / name, ROOT / "docs" / "results" / name]
             if name.endswith(".md") and not any(p.is_file() for p in where):
                 missing.append(f"{path.relative_to(ROOT)}: {name}")
     assert missing == []
