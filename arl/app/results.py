@@ -180,6 +180,15 @@ def provenance(spec: PageSpec, results_file: str) -> list[str]:
             f"seeds from {FRESH_SEED}), on the run's own env config and reward table", ""]
 
 
+def _baselines_intro(spec: PageSpec) -> str:
+    then = [what for what, present in (("positions the run never trained on",
+                                        spec.positions),
+                                       ("full games against fixed opponents", spec.opponents))
+            if present]
+    return ("The same fresh start states for every policy" +
+            (f", then {' and '.join(then)}, greedy." if then else "."))
+
+
 def write_page(spec: PageSpec, folder: str, results_file: str) -> str:
     """Write `folder`/<page>.md (and its curves); return its path."""
     cfg = load_config([os.path.join(spec.run, "config.json")], check_paths=False)
@@ -188,9 +197,7 @@ def write_page(spec: PageSpec, folder: str, results_file: str) -> str:
     shutil.copyfile(os.path.join(spec.run, "curves.png"), os.path.join(folder, figure))
     lines = [f"# {spec.title}", "", spec.about, "", f"![{spec.title}: curves]({figure})", "",
              f"## Training ({len(rows)} steps)", "", *training_table(rows), "",
-             "## Against the baselines", "",
-             "The same fresh start states for every policy, then positions the run never "
-             "trained on and full games, greedy.", "",
+             "## Against the baselines", "", _baselines_intro(spec), "",
              *baselines_table(spec, cfg), "", *provenance(spec, results_file)]
     path = os.path.join(folder, f"{spec.page}.md")
     with open(path, "w", encoding="utf-8") as f:

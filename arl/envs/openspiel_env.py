@@ -23,6 +23,7 @@ of the return, or invalid.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -215,6 +216,34 @@ def _eval_game(env: OpenSpielConfig, opponent: str, seat: str) -> tuple[str, Ope
     return env.name, dataclasses.replace(env, opponent=opponent, seat=seat_id)
 
 
+def _reference(env: OpenSpielEnv, player: str, rng: random.Random) -> ToolCall:
+    """Reference players (arl/rollout/reference.py): `random` plays a uniformly random legal
+    action; `perfect` plays the best response to the uniformly random bot, exactly
+    (OpenSpiel's best_response against its policy), so it needs `env.opponent: random`."""
+    legal = env.state.legal_actions()
+    if player == "random":
+        index = rng.randrange(len(legal))
+    elif player == "perfect":
+        if env.cfg.opponent != "random":
+            raise ValueError("the perfect player is the best response to the random bot: "
+                             f"env.opponent is {env.cfg.opponent!r}")
+        info = env.state.information_state_string(env.agent)
+        index = legal.index(_best_response(env.cfg.game, env.agent).best_response_action(info))
+    else:
+        raise ValueError(f"reference player must be random or perfect, got {player!r}")
+    return ToolCall(env.tool.name, {env.cfg.tool_arg: index + 1})
+
+
+@functools.lru_cache(maxsize=8)
+def _best_response(game_name: str, seat: int) -> Any:
+    """OpenSpiel's best response of seat `seat` to a uniformly random opponent."""
+    from open_spiel.python import policy as policy_lib
+    from open_spiel.python.algorithms import best_response
+
+    game = load_game(game_name)
+    return best_response.BestResponsePolicy(game, seat, policy_lib.UniformRandomPolicy(game))
+
+
 def _legal_calls(env: OpenSpielEnv) -> list[ToolCall]:
     return [ToolCall(env.tool.name, {env.cfg.tool_arg: i})
             for i in range(1, len(env.state.legal_actions()) + 1)]
@@ -229,5 +258,6 @@ SPEC = EnvSpec(
     check=_check,
     eval_game=_eval_game,
     legal_calls=_legal_calls,
+    reference=_reference,
 )
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 import pytest
 
 pytest.importorskip("pyspiel", reason="the openspiel extra: pip install -e '.[openspiel]'")
@@ -70,3 +73,19 @@ def test_trains_three_steps_on_ray(tmp_path, warm_model_dir):
     for row in rows:
         assert sum(row[f"rollout/outcome_{k}"] for k in ("win", "draw", "loss", "invalid")) == 1
     assert "eval/random_as_X_win" in rows[-1] and "eval/random_as_O_nonloss" in rows[-1]
+
+
+def test_reference_players_score_what_openspiel_computes_exactly():
+    """Against the random bot, over fresh hands of Kuhn poker: the random player breaks
+    even and the perfect player earns the best response's exact +0.458 a hand (bench/
+    openspiel_baselines.py), within the sampling error of 2,000 hands."""
+    from arl.config import load_config
+    from arl.rollout.reference import play_reference
+
+    env = load_config(["configs/kuhn_poker_openspiel.yaml"], check_paths=False).env
+    random_play = [p.reward for p in play_reference(env, "random", 2000, seed=1)]
+    perfect = [p.reward for p in play_reference(env, "perfect", 2000, seed=1)]
+    assert abs(np.mean(random_play)) < 0.08
+    assert abs(np.mean(perfect) - 0.458) < 0.08
+    with pytest.raises(ValueError, match="random bot"):
+        play_reference(dataclasses.replace(env, opponent="mcts"), "perfect", 1, seed=1)
