@@ -124,6 +124,9 @@ class WeightSyncConfig:
     transport: str = opt("object_store", "object_store (one node), nccl (GPUs) or gloo (TCP, "
                          "CPUs)", choices=TRANSPORT_NAMES)
     bucket_mib: float = opt(256.0, "nccl | gloo: MiB per broadcast", check="positive")
+    timeout_s: float = opt(120.0, "nccl | gloo: seconds a member waits for the others in a "
+                           "broadcast; a dead or hung peer then fails the sync and the run "
+                           "rebuilds what died, instead of hanging", check="positive")
 
 
 @dataclass
