@@ -17,7 +17,7 @@ DEMO_CONFIG ?= configs/tictactoe_move.yaml
 DEMO_WARMSTART ?= configs/warmstart_board.yaml
 
 .PHONY: demo games demo-smollm2 test test-slow test-vllm lint venv venv-base venv-smollm2 venv-vllm \
-	warmstart clean docs docs-serve docs-pages results
+	warmstart clean docs docs-serve docs-pages results gpu-check
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -125,6 +125,28 @@ venv-vllm: $(VLLM_VENV)/.installed
 test-vllm: venv-vllm
 	$(VLLM_VENV)/bin/python -m pytest -q -m vllm
 
+# Every GPU path in one run of about 10 minutes (bench/gpu_check.py): versions, the GPU tests,
+# the vLLM engine, 3 steps of configs/gpu_one.yaml, DeepSpeed ZeRO-3 in bf16, NCCL weight
+# sync, the weight-sync time of a 0.5B model, tokens/s against bare vLLM; a JSON report
+# (gpu_check.json) and a summary. On a GPU machine it installs the vllm and deepspeed extras
+# in their own virtualenv (torch as vLLM pins it); without a GPU it exits 2 with one line.
+# `make gpu-check GPU_CHECK_ARGS=--dry-run` lists the steps.
+GPU_VENV ?= .venv-gpu
+GPU_CHECK_ARGS ?=
+$(GPU_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(GPU_VENV)
+	$(GPU_VENV)/bin/python -m pip install -q --upgrade pip
+	DS_BUILD_OPS=0 $(GPU_VENV)/bin/python -m pip install -q -e '.[dev,vllm,deepspeed]'
+	touch $@
+
+ifeq ($(HAS_GPU),1)
+gpu-check: $(GPU_VENV)/.installed
+	$(GPU_VENV)/bin/python bench/gpu_check.py $(GPU_CHECK_ARGS)
+else
+gpu-check:
+	@$(PYTHON) bench/gpu_check.py $(GPU_CHECK_ARGS)
+endif
+
 # Models arl built live in $$ARL_HOME/models (default ~/.cache/arl); `make clean` leaves them.
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .cache runs
+	rm -rf $(VENV) $(VLLM_VENV) $(GPU_VENV) .cache runs

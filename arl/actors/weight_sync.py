@@ -6,7 +6,10 @@ object store, and every rollout worker maps that one copy.
 `CollectiveSync`: learner rank 0 and the W rollout workers form a process group of their own
 (NCCL between GPUs, gloo over TCP between CPU processes); each sync is one call per member,
 and rank 0 broadcasts the weights in buckets. A rebuilt worker is in no group: it gets the
-object-store copy, and the group is formed anew before the next broadcast.
+object-store copy, and the group is formed anew before the next broadcast. A member that
+waits longer than `weight_sync.timeout_s` for a peer fails its call (gloo raises; NCCL's
+watchdog ends the process, which Ray reports dead): the driver re-forms the group or, when
+the learner went, rebuilds the learner from its checkpoint.
 """
 
 from __future__ import annotations
@@ -97,7 +100,7 @@ class CollectiveSync:
         address, port = self.learner.rendezvous()
         world = 1 + len(self.rollout)
         common = (cfg.weight_sync.transport, layout, int(cfg.weight_sync.bucket_mib * 2**20),
-                  cfg.rollout.timeout_s or 600.0)
+                  cfg.weight_sync.timeout_s)
         joins = [self.learner.join_sync(address, port, world, *common)]
         joins += self.rollout.submit("join_sync", [(address, port, w + 1, world, *common)
                                                    for w in range(len(self.rollout))])

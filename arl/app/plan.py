@@ -15,8 +15,10 @@ sequence an episode reaches, b micro-batch size):
   rollout   per worker: weights in model.dtype, and the KV cache of one decoding batch,
             n*T*2*L*kv_heads*head_dim*dtype bytes with n = min(batch / workers, 64): the HF
             engine decodes its share 64 sequences at a time; with
-            engine=vllm, the pool vLLM reserves: gpu_memory_utilization of the GPU, or on a
-            CPU the weights plus rollout.vllm.kv_cache_gib
+            engine=vllm, the pool vLLM reserves: gpu_memory_utilization of the GPU, or
+            its weights plus rollout.vllm.gpu_kv_cache_gib where that is set (the plan
+            prints the largest that fits), or on a CPU the weights plus
+            rollout.vllm.kv_cache_gib
   object    Ray's object store: one published weight version (4P) and one step's trajectories
   store     (about 9 bytes a token: ids, loss mask, sampler log-probs)
   runtime   about 0.4 GiB per Python process (torch and transformers loaded) plus 0.5 GiB
@@ -29,6 +31,7 @@ Spark: CPU and GPU share 128 GB) everything is summed against the one pool.
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass
 
@@ -43,6 +46,7 @@ RAY_DAEMON_BYTES = int(0.5 * GIB)
 TOOL_REPLY_TOKENS = 64  # a tool result plus the next turn's header, per extra turn
 TRAJECTORY_BYTES_PER_TOKEN = 9  # int32 id, int8 loss mask, float32 sampler log-prob
 HEADROOM = 0.9  # warn above this share of a pool
+KV_ITEM = "rollout vLLM KV cache x{workers}"
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,12 @@ def _rollout_items(cfg: Config, workers: int, weights: int, kv: int,
     CPU its weights plus rollout.vllm.kv_cache_gib."""
     v = cfg.rollout.vllm
     if cfg.rollout.engine == "vllm" and machine is not None and (machine.gpu or machine.unified):
+        if v.gpu_kv_cache_gib > 0:  # a size in bytes: weights and that cache
+            return [Item(f"rollout weights x{workers}", "model", workers * weights,
+                         "model.dtype=bfloat16 or fewer rollout.num_workers"),
+                    Item(KV_ITEM.format(workers=workers), "model",
+                         int(workers * v.gpu_kv_cache_gib * GIB),
+                         "rollout.vllm.gpu_kv_cache_gib")]
         gpu = machine.host if machine.unified else machine.gpu or 0
         return [Item(f"rollout vLLM reservation x{workers}", "model",
                      int(workers * v.gpu_memory_utilization * gpu),
@@ -161,6 +171,26 @@ def _rollout_items(cfg: Config, workers: int, weights: int, kv: int,
                  "model.dtype=bfloat16 or fewer rollout.num_workers"),
             Item(f"rollout KV cache x{workers}", "model", workers * kv,
                  "rollout.groups_per_step, rollout.group_size or rollout.max_new_tokens")]
+
+
+def largest_gpu_kv_cache(cfg: Config, shape: ModelShape, machine: Machine,
+                         prompt_tokens: int) -> int | None:
+    """Bytes of vLLM KV cache per rollout worker that keep the pool holding the model's
+    tensors within HEADROOM of its capacity, everything else planned as configured (vLLM on a
+    GPU or unified memory; else None). Sizing the cache in bytes from this plan, rather than
+    as a share of a total vLLM reads at start-up, keeps it right when a learner shares the
+    GPU or the memory is unified (a GB10 reports about 121.7 GiB of its 128 GB). vLLM's
+    activations and CUDA graphs come out of the headroom."""
+    if cfg.rollout.engine != "vllm" or not (machine.gpu or machine.unified):
+        return None
+    sized = copy.deepcopy(cfg)
+    sized.rollout.vllm.gpu_kv_cache_gib = 1.0  # any size: the KV item is taken out below
+    plan_items = items(sized, shape, prompt_tokens, machine)
+    kv = next(i for i in plan_items if i.knob == "rollout.vllm.gpu_kv_cache_gib")
+    pool = pool_of(machine, kv)
+    used, capacity = pools(machine, plan_items)[pool]
+    free = int(capacity * HEADROOM) - (used - kv.bytes)
+    return max(free, 0) // cfg.rollout.num_workers
 
 
 def pools(machine: Machine, plan_items: list[Item]) -> dict[str, tuple[int, int]]:
@@ -201,8 +231,13 @@ def report(cfg: Config, shape: ModelShape, machine: Machine, prompt_tokens: int
             verdict = "does not fit" if share > 1.0 else "is nearly full"
             lines.append(f"  WARNING: the {name} pool {verdict}; the largest item is "
                          f"{biggest.name}: turn {biggest.knob}")
+    kv = largest_gpu_kv_cache(cfg, shape, machine, prompt_tokens)
+    if kv is not None:
+        lines.append(f"  the largest vLLM KV cache that fits: rollout.vllm.gpu_kv_cache_gib="
+                     f"{kv / GIB:.1f} (per rollout worker)")
     summary = {
         "fits": fits,
+        "largest_gpu_kv_cache_gib": None if kv is None else round(kv / GIB, 2),
         "params": shape.params,
         "sequence_tokens": sequence_tokens(cfg, prompt_tokens),
         "items_gib": {i.name: round(i.bytes / GIB, 4) for i in plan_items},

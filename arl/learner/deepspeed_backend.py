@@ -33,9 +33,31 @@ from arl.config import LearnerConfig
 from arl.learner import distributed
 from arl.learner.optim import build_optimizer, set_lr
 from arl.learner.state import hf_state_dict
+from arl.model.causal_lm import compute_dtype_on
 from arl.model.transport import free_port
 
 NEVER = 2**31 - 1  # steps between DeepSpeed's own progress prints: never
+
+
+def deepspeed_config(cfg: LearnerConfig, compute_dtype: str) -> dict[str, Any]:
+    """DeepSpeed's config for the learner. With bfloat16 matrix products it names them in a
+    `torch_autocast` section: DeepSpeed's forward turns off an autocast it was not told of,
+    and a bf16 run would train in fp32 unnoticed. No module is marked for bf16
+    communication (`lower_precision_safe_modules: []`), so gradients are reduced in fp32
+    onto fp32 master weights, as with the torch backend."""
+    config: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": cfg.compute.micro_batch_size,
+        "gradient_accumulation_steps": 1,
+        "managed_gradient_accumulation": False,
+        "gradient_clipping": cfg.optim.grad_clip,
+        "zero_optimization": {"stage": cfg.resources.zero_stage},
+        "steps_per_print": NEVER,
+        "wall_clock_breakdown": False,
+    }
+    if compute_dtype == "bfloat16":
+        config["torch_autocast"] = {"enabled": True, "dtype": "bfloat16",
+                                    "lower_precision_safe_modules": []}
+    return config
 
 
 class DeepSpeedBackend:
@@ -46,6 +68,7 @@ class DeepSpeedBackend:
     def __init__(self, model: torch.nn.Module, cfg: LearnerConfig, device: torch.device):
         self.cfg = cfg
         self.device = device
+        self.compute_dtype = compute_dtype_on(cfg.compute.dtype, device)
         self.rank, self.world = 0, 1
         self._model = model
         self.trainable = [p for p in model.parameters() if p.requires_grad]
@@ -79,17 +102,9 @@ class DeepSpeedBackend:
         os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0")
         import deepspeed
 
-        config = {
-            "train_micro_batch_size_per_gpu": self.cfg.compute.micro_batch_size,
-            "gradient_accumulation_steps": 1,
-            "managed_gradient_accumulation": False,
-            "gradient_clipping": self.cfg.optim.grad_clip,
-            "zero_optimization": {"stage": self.cfg.resources.zero_stage},
-            "steps_per_print": NEVER,
-            "wall_clock_breakdown": False,
-        }
         engine, *_ = deepspeed.initialize(model=self._model, optimizer=self._optimizer,
-                                          config=config, dist_init_required=False)
+                                          config=deepspeed_config(self.cfg, self.compute_dtype),
+                                          dist_init_required=False)
         return engine
 
     def set_lr(self, lr: float) -> None:
@@ -111,13 +126,15 @@ class DeepSpeedBackend:
             return hf_state_dict(model) if self.rank == 0 else None
         import deepspeed
 
-        # ZeRO-3: one gather per tensor, so the peak is one full tensor, not the model.
+        # ZeRO-3: one gather per tensor, copied straight to host memory, so the peak on the
+        # GPU is one full tensor, not the model.
         full: dict[int, torch.Tensor | None] = {}
         out = {}
         for name, tensor in model.state_dict(keep_vars=True).items():
             if id(tensor) not in full:  # tied names share one Parameter
                 with deepspeed.zero.GatheredParameters([tensor], modifier_rank=None):
-                    full[id(tensor)] = tensor.detach().clone() if self.rank == 0 else None
+                    full[id(tensor)] = (tensor.detach().to("cpu", copy=True)
+                                        if self.rank == 0 else None)
             out[name] = full[id(tensor)]
         return out if self.rank == 0 else None
 

@@ -50,14 +50,13 @@ import torch
 from arl import gspo
 from arl.config import LearnerConfig
 from arl.dtypes import DTYPES
-from arl.dtypes import resolve as resolve_dtype
 from arl.learner import snapshot
 from arl.learner.backend import make_backend
 from arl.learner.collate import Batch, collate
 from arl.learner.data_parallel import DataParallel
 from arl.learner.mini_batch import Forward, MiniResult, optimizer_step, token_means
 from arl.learner.optim import lr_factor
-from arl.model.causal_lm import load_model, set_torch_threads
+from arl.model.causal_lm import compute_dtype_on, load_model, set_torch_threads
 from arl.model.checkpoint.store import LearnerState
 from arl.model.lora import apply_lora
 from arl.types import Histogram, Trajectory
@@ -95,11 +94,10 @@ class GSPOLearner:
         self.model, self.pad_id = _trainable_model(model_path, cfg, self.device)
         self.loss_fn = gspo.LOSSES[cfg.loss.name]
         self.backend = make_backend(self.model, cfg, self.device)  # optimizer, reductions
-        compute, on_gpu = cfg.compute, self.device.type == "cuda"
+        compute = cfg.compute
         self.dp = DataParallel(self.backend, compute.micro_batch_size, self.device)
         self.counters = {"version": 0, "skipped_steps": 0, "skipped_in_row": 0}
-        self.compute_dtype = resolve_dtype(compute.dtype, on_gpu,
-                                           on_gpu and torch.cuda.is_bf16_supported())
+        self.compute_dtype = compute_dtype_on(compute.dtype, self.device)
         self.forward = Forward(self.backend, self.device, compute.micro_batch_size,
                                self.compute_dtype, compute.share_prefix)
 

@@ -21,6 +21,8 @@ from transformers import (
 from transformers.cache_utils import DynamicLayer
 from transformers.utils import logging as hf_logging
 
+from arl.dtypes import resolve as resolve_dtype
+
 # A progress bar per weight load is noise in every worker's log (and in `arl eval`).
 hf_logging.disable_progress_bar()
 
@@ -33,6 +35,13 @@ def torch_dtype(name: str) -> torch.dtype:
     if name not in _DTYPES:
         raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {name!r}")
     return _DTYPES[name]
+
+
+def compute_dtype_on(name: str, device: torch.device) -> str:
+    """The concrete dtype of the learner's matrix products (`learner.compute.dtype`, `auto`
+    resolved for `device`)."""
+    on_gpu = device.type == "cuda"
+    return resolve_dtype(name, on_gpu, on_gpu and torch.cuda.is_bf16_supported())
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ import datetime
 import math
 import os
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +39,11 @@ class Layout:
     shapes: tuple[tuple[int, ...], ...]
     aliases: tuple[tuple[str, str], ...]  # (other name, first name)
     dtype: str  # the rollout dtype: bfloat16 | float32
+
+    def shapes_by_name(self) -> dict[str, tuple[int, ...]]:
+        """Every name a broadcast delivers, tied names included, with its shape."""
+        shapes = dict(zip(self.names, self.shapes, strict=True))
+        return {**shapes, **{name: shapes[source] for name, source in self.aliases}}
 
     def buckets(self, bucket_bytes: int) -> list[list[int]]:
         """Consecutive tensor indices, each run at most `bucket_bytes` (a larger tensor goes
@@ -106,19 +111,26 @@ class SyncGroup:
                               for i in bucket]).to(self.device)
             self.group.broadcast([flat], _root()).wait()
 
-    def receive(self, layout: Layout, bucket_bytes: int) -> dict[str, torch.Tensor]:
-        """Receive one `send` (ranks > 0): {name: tensor}, tied names included."""
+    def receive_stream(self, layout: Layout,
+                       bucket_bytes: int) -> Iterator[tuple[str, torch.Tensor]]:
+        """Receive one `send` (ranks > 0) lazily: (name, tensor) pairs, a bucket's worth at a
+        time, each tied name right after the tensor it shares. A bucket is received when the
+        consumer reaches it, so a consumer that copies each tensor away (vLLM's weight
+        loader) holds one bucket, not the model. The stream must be read to its end: every
+        bucket is one collective call the sender waits on."""
         dtype = torch_dtype(layout.dtype)
-        out: dict[str, torch.Tensor] = {}
+        tied: dict[str, list[str]] = {}
+        for name, source in layout.aliases:
+            tied.setdefault(source, []).append(name)
         for bucket in layout.buckets(bucket_bytes):
             sizes = [math.prod(layout.shapes[i]) for i in bucket]
             flat = torch.empty(sum(sizes), dtype=dtype, device=self.device)
             self.group.broadcast([flat], _root()).wait()
             for i, part in zip(bucket, flat.split(sizes), strict=True):
-                out[layout.names[i]] = part.view(layout.shapes[i])
-        for name, source in layout.aliases:
-            out[name] = out[source]
-        return out
+                tensor = part.view(layout.shapes[i])
+                for name in (layout.names[i], *tied.get(layout.names[i], ())):
+                    yield name, tensor
+            del flat
 
     def close(self) -> None:
         abort = getattr(self.group, "abort", None)  # NCCL: free the communicator now

@@ -144,7 +144,13 @@ class RolloutWorker:
     def receive_weights(self, version: int) -> int:
         """Receive one broadcast from learner rank 0 and load it as `version`; return the
         pid like `update_weights`."""
-        return self.update_weights(self.sync.receive(self.layout, self.bucket_bytes), version)
+        stream = self.sync.receive_stream(self.layout, self.bucket_bytes)
+        streamed = getattr(self.engine, "update_weights_streamed", None)
+        if streamed is None or self.snapshot is not None:  # they need every tensor at once
+            return self.update_weights(dict(stream), version)
+        with self.barrier.engine_lock:  # bucket by bucket into the engine's own weights
+            streamed(stream, self.layout.shapes_by_name(), version)
+        return os.getpid()
 
     def evaluate(self, opponents: list[str], positions: dict[str, list[dict]], games: int,
                  seed: int) -> dict[str, float]:
@@ -154,6 +160,10 @@ class RolloutWorker:
             metrics = evaluation_metrics(self.engine, self.env_cfg, opponents, positions,
                                          games, seed, self.cfg.max_new_tokens)
         return {**metrics, "eval/policy_version": float(self.engine.version)}
+
+    def loaded(self) -> int:
+        """This process's pid, once the engine is loaded (a call waits for construction)."""
+        return os.getpid()
 
     @property
     def version(self) -> int:

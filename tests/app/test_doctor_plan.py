@@ -129,3 +129,33 @@ def test_plan_of_an_architecture_only_folder_with_vllm_on_a_gpu(capsys):
     assert "turn learner.lora.rank" in capsys.readouterr().out
     assert main([*args, "model.path=configs/models/qwen3-1.7b", "learner.lora.rank=16",
                  "learner.compute.micro_batch_size=1"]) == 0
+
+
+def test_the_vllm_kv_cache_is_sized_in_bytes_from_the_plan(capsys):
+    """configs/spark.yaml on a GB10 (about 121.7 GiB of unified memory as it reports it):
+    the plan prints the largest KV cache that keeps the pool within its headroom, and a run
+    given that size (rollout.vllm.gpu_kv_cache_gib) plans to exactly that headroom."""
+    from arl.app.plan import HEADROOM, largest_gpu_kv_cache
+
+    args = ["plan", "configs/spark.yaml", "--prompt-tokens", "400", "--unified-memory-gb",
+            "121.7", "model.path=configs/models/qwen3-1.7b"]
+    main(args)
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    kv_gib = summary["largest_gpu_kv_cache_gib"]
+    assert kv_gib > 1
+    assert main([*args, f"rollout.vllm.gpu_kv_cache_gib={kv_gib}"]) == 0
+    sized = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert sized["items_gib"]["rollout vLLM KV cache x1"] == kv_gib
+    planned = sized["pools_gib"]["unified"]
+    assert abs(planned["planned"] - HEADROOM * 121.7) < 0.02  # the rounding of kv_gib
+    shape = ModelShape(params=500_000_000, layers=24, hidden=896, heads=14, kv_heads=2,
+                       head_dim=64, vocab=151_936)
+    cpu = Machine(64 * GIB)
+    assert largest_gpu_kv_cache(load_config([CI], check_paths=False), shape, cpu, 200) is None
+
+
+def test_the_vllm_engine_takes_a_kv_cache_size_on_a_gpu_only():
+    from arl.rollout.engines.vllm import cache_size
+
+    assert cache_size(True, 5 * GIB) == {"kv_cache_memory_bytes": 5 * GIB}
+    assert cache_size(True, 0) == {} and cache_size(False, 5 * GIB) == {}

@@ -195,3 +195,16 @@ def test_an_old_flat_learner_key_names_its_new_place(old, new, tmp_path):
                     + "}" * key.count(".", len("learner.")) + "\n")
     with pytest.raises(ConfigError, match=f"moved to {new}.*from {flat}"):
         load_config([str(flat)], [], check_paths=False)
+
+
+def test_nccl_weight_sync_is_refused_on_a_shared_gpu():
+    """NCCL refuses two ranks on one device: a learner and an engine on fractions of one GPU
+    must use the object store (one line naming the key), whole GPUs may use NCCL."""
+    gpu = ["rollout.engine=vllm", "weight_sync.transport=nccl"]
+    with pytest.raises(ConfigError, match="object_store for a shared GPU") as err:
+        load_config([], gpu + ["rollout.gpus_per_worker=0.5", "learner.resources.gpus=0.5"],
+                    check_paths=False)
+    assert err.value.key == "weight_sync.transport"
+    cfg = load_config([], gpu + ["rollout.gpus_per_worker=1", "learner.resources.gpus=1"],
+                      check_paths=False)
+    assert cfg.weight_sync.transport == "nccl"

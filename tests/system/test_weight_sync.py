@@ -24,6 +24,67 @@ def test_layout_keeps_tied_weights_once_and_buckets_by_bytes():
     assert layout_of(state, "bfloat16").buckets(64) == [[0, 1, 2]]  # half the bytes
 
 
+def test_a_receive_streams_the_broadcast_bucket_by_bucket():
+    """A receiver reads (name, tensor) pairs as buckets arrive, each tied name right after
+    the tensor it shares; together they are exactly what was sent."""
+    import inspect
+    import threading
+
+    from arl.model.transport import SyncGroup, free_port
+
+    tied = torch.arange(12.0).view(4, 3)
+    state = {"a": torch.arange(10.0), "emb": tied, "b": torch.ones(2, 2), "head": tied}
+    layout = layout_of(state.items(), "float32")
+    port = free_port()
+
+    def send() -> None:
+        group = SyncGroup("127.0.0.1", port, 0, 2, "gloo", 60.0)
+        group.send(state, layout, 48)
+        group.close()
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    receiver = SyncGroup("127.0.0.1", port, 1, 2, "gloo", 60.0)
+    stream = receiver.receive_stream(layout, 48)  # buckets [a], [emb], [b]
+    assert inspect.isgenerator(stream)
+    pairs = list(stream)
+    sender.join()
+    receiver.close()
+    assert [name for name, _ in pairs] == ["a", "emb", "head", "b"]
+    for name, tensor in pairs:
+        assert torch.equal(tensor, state[name])
+    assert layout.shapes_by_name() == {n: tuple(t.shape) for n, t in state.items()}
+
+
+def test_a_peer_that_never_sends_fails_the_receive_within_the_timeout():
+    """A hung learner (it joined the group, then never broadcast) ends a worker's receive
+    with an error after weight_sync.timeout_s, instead of blocking it for good."""
+    import threading
+
+    from arl.model.transport import SyncGroup, free_port
+
+    layout = layout_of([("a", torch.zeros(8))], "float32")
+    port, joined, done = free_port(), threading.Event(), threading.Event()
+
+    def hang() -> None:
+        group = SyncGroup("127.0.0.1", port, 0, 2, "gloo", 2.0)
+        joined.set()
+        done.wait(60)  # never sends
+        group.close()
+
+    sender = threading.Thread(target=hang)
+    sender.start()
+    receiver = SyncGroup("127.0.0.1", port, 1, 2, "gloo", 2.0)
+    joined.wait(60)
+    try:
+        with pytest.raises(RuntimeError):
+            list(receiver.receive_stream(layout, 1 << 20))
+    finally:
+        done.set()
+        sender.join()
+        receiver.close()
+
+
 def test_collective_transports_are_checked_before_ray():
     with pytest.raises(ConfigError, match="weight_sync.transport"):
         load_config(["configs/ci.yaml"], ["weight_sync.transport=gloo", "mode=async"],

@@ -16,7 +16,8 @@ def make_engine(model: ModelConfig, rollout: RolloutConfig, seed: int = 0) -> Ro
         return VLLMEngine(
             model.path, dtype=model.dtype, max_num_seqs=v.max_num_seqs,
             max_model_len=v.max_model_len, gpu_memory_utilization=v.gpu_memory_utilization,
-            enforce_eager=v.enforce_eager, kv_cache_gib=v.kv_cache_gib, seed=seed)
+            enforce_eager=v.enforce_eager, kv_cache_gib=v.kv_cache_gib,
+            gpu_kv_cache_bytes=int(v.gpu_kv_cache_gib * 2**30), seed=seed)
     from arl.rollout.engines.hf import HFEngine
 
     return HFEngine(model.path, dtype=model.dtype)

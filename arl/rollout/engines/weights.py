@@ -24,12 +24,18 @@ def check_state(state: Mapping[str, Any], expected: Mapping[str, tuple[int, ...]
                 complete: bool = True) -> None:
     """Raise ValueError if `state` has a name not in `expected`, a shape that differs, or
     (with `complete`) lacks one of the expected names."""
-    missing = sorted(set(expected) - set(state)) if complete else []
-    unexpected = sorted(set(state) - set(expected))
+    check_shapes({k: tuple(v.shape) for k, v in state.items()}, expected, complete)
+
+
+def check_shapes(shapes: Mapping[str, tuple[int, ...]],
+                 expected: Mapping[str, tuple[int, ...]], complete: bool = True) -> None:
+    """`check_state` on shapes alone: weights that have not arrived yet."""
+    missing = sorted(set(expected) - set(shapes)) if complete else []
+    unexpected = sorted(set(shapes) - set(expected))
     if missing or unexpected:
         raise ValueError(
             f"state dict mismatch: missing={missing[:5]} unexpected={unexpected[:5]}")
-    bad = [k for k, v in state.items() if tuple(v.shape) != tuple(expected[k])]
+    bad = [k for k, v in shapes.items() if tuple(v) != tuple(expected[k])]
     if bad:
         raise ValueError(f"shape mismatch for {bad[:5]}")
 
