@@ -49,12 +49,8 @@ class Cluster:
         opened (an embedded Ray cluster) is closed again before the error propagates."""
         try:
             self._placement = self.host.open(self.cfg)
-            # Rollout engines first, loaded, then the learner: vLLM sizes its KV cache from
-            # the GPU memory it finds free, which a learner allocating beside it would take
-            # (or, on unified memory, make vLLM's own accounting assert).
-            self._rollout = RolloutPool(self.cfg, self.host, self._placement, source=self)
-            self._rollout.wait_loaded()
             self._learner = self._new_learner()
+            self._rollout = RolloutPool(self.cfg, self.host, self._placement, source=self)
             self._sync = make_weight_sync(self.cfg, self._learner, self._rollout.group)
         except BaseException:
             self.__exit__()
