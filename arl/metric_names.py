@@ -26,6 +26,8 @@ GLOSSARY: dict[str, str] = {
                                     "teach GSPO nothing)",
     "rollout/sampler_logprob_gap": "mean |sampler log-prob - learner log-prob| per sampled "
                                    "token: how far the engine's numbers are from the learner's",
+    "rollout/sampler_logprob_gap_max": "largest |sampler log-prob - learner log-prob| of a "
+                                       "sampled token in the step",
     "rollout/failed_episodes": "episodes that failed (an env raised, a non-finite reward, a "
                                "timeout); their groups are not trained on",
     "rollout/timed_out_episodes": "episodes cut off by `rollout.episode_timeout_s`",

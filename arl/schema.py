@@ -216,6 +216,10 @@ class Config:
                     choices=("sync", "async"))
     max_staleness: int = opt(1, "async: most learner versions a trained-on trajectory may "
                              "lag", check="non_negative")
+    deterministic: bool = opt(False, "async: step k trains on exactly the rollouts of "
+                              "weights version k - max_staleness, whatever finishes first, so "
+                              "two runs with one seed on one machine log identical metrics "
+                              "(sync runs always do)")
     resume: str = opt("never", "auto: continue from the run's newest checkpoint; step_<n>: "
                       "from that one (later ones are set aside)", check="resume")
     model: ModelConfig = section(ModelConfig, "the policy model")

@@ -6,6 +6,7 @@ The interface is async first: `start_rollout` and `start_step` return handles at
 loop uses the blocking forms built on them (`collect`, `learner_step`, `push_weights`); the
 async pipeline (arl/app/pipeline.py) uses the handles. Nothing outside reaches past this
 interface, and nothing is wired onto it after construction.
+With `deterministic: true` in async mode, weights are pinned (arl/actors/pinned.py, `pinned`).
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import numpy as np
 
 from arl.actors.hosts import Host, Placement, RayHost
 from arl.actors.learner_group import LearnerGroup
+from arl.actors.pinned import PinnedWeights
 from arl.actors.rollout_pool import RolloutBatch, RolloutCall, RolloutPool
 from arl.actors.weight_sync import WeightSync, make_weight_sync
 from arl.config import Config
+from arl.model.checkpoint.store import load_policies
 from arl.types import EpisodeSummary
 
 
@@ -42,16 +45,18 @@ class Cluster:
         self._rollout: RolloutPool | None = None
         self._sync: WeightSync | None = None
         self._loads: list[Any] = []  # the last publish's weight loads, one per worker
+        self.pinned: PinnedWeights | None = None  # deterministic async (arl/actors/pinned.py)
         self._generation = 0  # learner groups built before the current one
 
     def __enter__(self) -> Cluster:
-        """Open the host and start the workers. If anything fails here, what the host
-        opened (an embedded Ray cluster) is closed again before the error propagates."""
+        """Open the host and start the workers; on failure close what the host opened."""
         try:
             self._placement = self.host.open(self.cfg)
             self._learner = self._new_learner()
             self._rollout = RolloutPool(self.cfg, self.host, self._placement, source=self)
             self._sync = make_weight_sync(self.cfg, self._learner, self._rollout.group)
+            if self.cfg.mode == "async" and self.cfg.deterministic:
+                self.pinned = PinnedWeights(self._rollout.group, self.host.get)
         except BaseException:
             self.__exit__()
             raise
@@ -82,9 +87,8 @@ class Cluster:
         return self._rollout.start(worker, args)
 
     def rollout_result(self, call: RolloutCall) -> list[EpisodeSummary]:
-        """The call's episode summaries (its trajectories stay in the object store as
-        `call.trajectories`). Raises `RolloutWorkerLost` if the worker died: it has been
-        rebuilt with the current weights, and the call must be started again."""
+        """The call's summaries (trajectories stay in the object store); `RolloutWorkerLost`
+        if the worker died: it was rebuilt with the current weights; start the call again."""
         return self._rollout.result(call)
 
     def collect(self, env_seeds: list[int], group_ids: list[int], seed: int,
@@ -93,12 +97,13 @@ class Cluster:
         return self._rollout.collect(env_seeds, group_ids, seed, transcripts)
 
     def wait(self, calls: Sequence[RolloutCall | StepCall], timeout: float | None) -> list[int]:
-        """Indices of the `calls` that are done: wait up to `timeout` s (None: no limit) for
-        the first, then take every other one already done."""
+        """Indices of the done `calls`: wait up to `timeout` s (None: no limit) for one."""
         return self.host.ready([c.refs[0] for c in calls], timeout)
 
     def evaluate(self, positions: dict[str, list[dict]], seed: int) -> dict[str, float]:
         """`eval/*` metrics of the current weights, played by rollout worker 0."""
+        if self.pinned:
+            self.pinned.hold(0, self.weights_version)
         e = self.cfg.eval
         return self._rollout.evaluate(list(e.opponents), positions, e.games, seed)
 
@@ -119,28 +124,34 @@ class Cluster:
         return self.step_result(self.start_step(batch, advantages, keep))
 
     def restart_learner(self, checkpoint: str | None) -> None:
-        """Replace the whole learner group (a rank died: collectives cannot go on without
-        it) by a new one in the same places, restored from `checkpoint` (None: the
-        initial model), with a new weight sync. Push weights afterwards."""
+        """Replace the learner group (a rank died) by a new one in the same places, restored
+        from `checkpoint` (None: the initial model), with a new weight sync; then push."""
         self._learner.close()
         self._generation += 1
         self._learner = self._new_learner()
         self._sync = make_weight_sync(self.cfg, self._learner, self._rollout.group)
+        if self.pinned:
+            self.pinned.restore({})
         if checkpoint is not None:
-            self._learner.load_checkpoint(checkpoint)
+            self.load_checkpoint(checkpoint)
 
     # Weights.
 
     def publish_weights(self, version: int) -> None:
         """Send the learner's weights as `version` and queue a load on every rollout worker
-        without waiting: each loads them when its current call ends."""
+        without waiting (each loads them after its current call); pinned, only keep them."""
+        if self.pinned:
+            self._sync.advance(version)
+            return self.pinned.keep(version, self._sync.exported())
         self._loads = self._sync.publish(version)
 
     def push_weights(self, version: int) -> None:
-        """`publish_weights`, then wait until every rollout worker has loaded them."""
-        self.publish_weights(version)
+        """Send the learner's weights as `version`; wait until every rollout worker has them."""
+        self._loads = self._sync.publish(version)
         self._rollout.wait_loads(self._loads)
         self._sync.finish()
+        if self.pinned:
+            self.pinned.pushed(version, self._sync.exported())
 
     @property
     def weights_version(self) -> int:
@@ -149,6 +160,8 @@ class Cluster:
 
     def restore_weights(self, worker: int) -> Any:
         """Queue the current weights on `worker` alone (a rebuilt one); the load's reference."""
+        if self.pinned:
+            self.pinned.loaded(worker, self.weights_version)
         return self._sync.restore(worker)
 
     def probe_learner(self) -> None:
@@ -158,11 +171,15 @@ class Cluster:
     # Checkpoints.
 
     def load_checkpoint(self, directory: str) -> dict[str, Any]:
-        """Restore the learner from `directory`; return the `extra` JSON that
-        `save_checkpoint` stored. Push weights afterwards to bring the rollout workers to
-        the same version."""
-        return self._learner.load_checkpoint(directory)
+        """Restore the learner (and pinned, the older versions it kept) from `directory`;
+        return the `extra` JSON `save_checkpoint` stored. Push weights afterwards."""
+        extra = self._learner.load_checkpoint(directory)
+        if self.pinned:
+            self.pinned.restore(load_policies(directory))
+        return extra
 
     def save_checkpoint(self, directory: str, step: int, extra: dict[str, Any]) -> None:
-        """Checkpoint the learner after `step` steps, with the run config and `extra` (JSON)."""
-        self._learner.save_checkpoint(directory, step, extra)
+        """Checkpoint the learner after `step` steps, with the config, `extra` (JSON) and
+        (pinned) the older versions the next steps play."""
+        policies = self.pinned.policies(step, self.cfg.max_staleness) if self.pinned else None
+        self._learner.save_checkpoint(directory, step, extra, policies)

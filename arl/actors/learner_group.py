@@ -122,10 +122,12 @@ class LearnerGroup:
         """Restore every rank from `directory`; return the JSON the driver stored with it."""
         return self.get(self._all("load_checkpoint", directory))[0]
 
-    def save_checkpoint(self, directory: str, step: int, extra: dict[str, Any]) -> None:
-        """Checkpoint after `step` steps, with the run config and `extra` (rank 0 writes)."""
+    def save_checkpoint(self, directory: str, step: int, extra: dict[str, Any],
+                        policies: dict[int, Any] | None = None) -> None:
+        """Checkpoint after `step` steps, with the run config, `extra` (JSON) and older weight
+        versions `policies` (rank 0 writes)."""
         self.get(self._all("save_checkpoint", directory, step,
-                           {"config": to_dict(self.cfg), **extra}))
+                           {"config": to_dict(self.cfg), **extra}, policies))
 
     def close(self) -> None:
         self.group.close()

@@ -15,6 +15,14 @@ as soon as they are there. A chunk whose trajectories are more than `max_stalene
 behind the learner is dropped and counted. With max_staleness = 0 nothing can start before
 the weights it must use are published, so the sequence of chunks, seeds and weights is
 exactly sync mode's: the two modes give identical runs.
+
+Deterministic (`deterministic: true`): step k trains on exactly the W chunks of step k, each
+played with weights version max(k - max_staleness, floor) (floor: the oldest version kept
+when the pipeline starts: 0, or what a checkpoint brought back), however the chunks finish.
+Admission already waits until that version is published; the worker loads it just before
+the chunk (arl/actors/pinned.py). Nothing is dropped, and two runs with one seed on one
+machine log the same metrics; a run resumed from a checkpoint plays what the unstopped run
+played.
 """
 
 from __future__ import annotations
@@ -62,6 +70,12 @@ class AsyncRollouts:
         self.done: list[_Chunk] = []  # completed, not yet taken, in completion order
         self.idle_since = {w: time.perf_counter() for w in range(self.workers)}
         self.rollout_idle_s = 0.0  # summed over workers since the last `take_rollout_idle`
+        self.pinned = cluster.pinned
+        self.floor = min(self.pinned.versions(), default=first_step) if self.pinned else 0
+
+    def version_for(self, step: int) -> int:
+        """Deterministic: the weights version step `step`'s chunks play."""
+        return max(step - self.k, self.floor)
 
     def _admitted(self, version: int) -> bool:
         started = self.next_chunk - self.dropped_chunks
@@ -74,6 +88,8 @@ class AsyncRollouts:
                 continue
             c = self.next_chunk
             self.next_chunk += 1
+            if self.pinned:
+                self.pinned.hold(w, self.version_for(c // self.workers))
             self.busy[w] = _Chunk(c, self.cluster.start_rollout(w, chunk_args(self.cfg, c)))
             self.rollout_idle_s += time.perf_counter() - self.idle_since.pop(w)
 
@@ -91,6 +107,8 @@ class AsyncRollouts:
             try:
                 chunk.summaries = self.cluster.rollout_result(chunk.call)
             except RolloutWorkerLost:
+                if self.pinned:
+                    self.pinned.hold(w, self.version_for(chunk.index // self.workers))
                 chunk.call = self.cluster.start_rollout(w, chunk.call.args)
                 self.busy[w] = chunk
                 continue
@@ -100,7 +118,10 @@ class AsyncRollouts:
 
     def next_batch(self, learner_version: int) -> tuple[RolloutBatch, AsyncStats]:
         """The next W fresh chunks as one batch (ordered by chunk index), feeding workers
-        while it waits. Chunks more than max_staleness behind `learner_version` are dropped."""
+        while it waits. Chunks more than max_staleness behind `learner_version` are dropped.
+        Deterministic: the W chunks of step `learner_version`, nothing dropped."""
+        if self.pinned:
+            return self._pinned_batch(learner_version)
         staleness, dropped = [], 0
         while True:
             fresh = []
@@ -123,6 +144,20 @@ class AsyncRollouts:
         batch = RolloutBatch([s for ch in taken for s in ch.summaries],
                              [ch.call.trajectories for ch in taken])
         return batch, AsyncStats(staleness, dropped)
+
+    def _pinned_batch(self, step: int) -> tuple[RolloutBatch, AsyncStats]:
+        # Versions older than this step's are played by no chunk still to start or replay.
+        self.pinned.release(below=self.version_for(step))
+        wanted = range(step * self.workers, (step + 1) * self.workers)
+        while not set(wanted) <= {ch.index for ch in self.done}:
+            self.feed(step)
+            self.poll(timeout=None)
+        taken = sorted((ch for ch in self.done if ch.index in wanted), key=lambda ch: ch.index)
+        self.done = [ch for ch in self.done if ch.index not in wanted]
+        staleness = [step - s.policy_version for ch in taken for s in ch.summaries]
+        batch = RolloutBatch([s for ch in taken for s in ch.summaries],
+                             [ch.call.trajectories for ch in taken])
+        return batch, AsyncStats(staleness, 0)
 
     def wait_for(self, step: StepCall, version: int) -> dict[str, Any]:
         """The learner step's metrics, keeping the rollout workers fed meanwhile."""

@@ -1,5 +1,6 @@
 """`arl plot`: one PNG dashboard of a run from metrics.jsonl, no wandb needed: reward, move
-quality, tool calls, response length, GSPO clip fractions, learner, timing, outcomes, actions.
+quality, tool calls, response length, GSPO clip fractions, learner, timing, outcomes, actions,
+evaluation, and the sampler's log-prob gap to the learner.
 
 Per-step rates of 64 episodes are noisy: the reward and every rate panel draw the raw series
 faintly and a trailing mean of `SMOOTH_STEPS` steps on top.
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from arl.app.jsonl import json_rows
 
 SMOOTH_STEPS = 10
+GRID = (3, 4)  # rows, columns of panels
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,9 @@ PANELS = (
     Panel("actions and groups", "nats / share of groups", ("rollout/action_entropy",
                                                           "rollout/zero_variance_groups")),
     Panel("evaluation", "share", ("eval/*",), smooth=False),
+    Panel("sampler vs learner", "|log-prob gap| per token", ("rollout/sampler_logprob_gap",
+                                                           "rollout/sampler_logprob_gap_max"),
+          smooth=False),
 )
 
 
@@ -89,9 +94,11 @@ def plot_run(run_dir: str, out: str | None = None) -> str:
     import matplotlib.pyplot as plt
 
     rows = read_metrics(metrics_file(run_dir))
-    fig, axes = plt.subplots(2, 5, figsize=(25, 8))
-    for ax, panel in zip(axes.flat, PANELS, strict=True):
+    fig, axes = plt.subplots(GRID[0], GRID[1], figsize=(5 * GRID[1], 4 * GRID[0]))
+    for ax, panel in zip(axes.flat, PANELS, strict=False):
         _draw(ax, rows, panel)
+    for ax in axes.flat[len(PANELS):]:
+        ax.axis("off")
     fig.suptitle(os.path.basename(os.path.normpath(run_dir)))
     fig.tight_layout()
     path = out or os.path.join(run_dir, "curves.png")

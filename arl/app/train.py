@@ -61,9 +61,25 @@ def train(cfg: Config, host: Host | None = None) -> Metrics:
     """
     # The first line of a run's (or a Ray job's) log says where its outputs go.
     print(f"arl train: run directory {run_dir(cfg)}", flush=True)
+    print(f"arl train: {reproducibility(cfg)}", flush=True)
     require_extras(cfg)  # before Ray starts: a missing extra is a config error
     with RunLock(run_dir(cfg)):  # one writer per run directory, before anything is written
         return _train(cfg, host)
+
+
+def reproducibility(cfg: Config) -> str:
+    """What makes two runs of `cfg` log the same metrics, in one line."""
+    same = ("the same seed, machine (CPU instruction set), lock and thread counts give "
+            "identical metrics")
+    if cfg.rollout.engine == "vllm":
+        same += ", up to vLLM's batching"
+    if cfg.mode == "sync":
+        return f"reproducible: sync mode; {same}"
+    if cfg.deterministic:
+        return (f"reproducible: async, deterministic (step k trains on the rollouts of "
+                f"version k - {cfg.max_staleness}); {same}")
+    return ("not reproducible: async batches take the chunks that finish first "
+            "(deterministic=true makes them reproducible)")
 
 
 def _train(cfg: Config, host: Host | None) -> Metrics:

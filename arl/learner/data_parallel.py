@@ -52,6 +52,12 @@ class DataParallel:
             return values
         return distributed.all_reduce_sum(values, self.device)
 
+    def max(self, values: list[float]) -> list[float]:
+        """Element-wise maxima of `values` over the group."""
+        if self.world == 1:
+            return values
+        return distributed.all_reduce_max(values, self.device)
+
     def gathered(self, outputs: list[gspo.LossOutput], lengths: list[torch.Tensor]
                  ) -> tuple[list[gspo.LossOutput], list[torch.Tensor]]:
         """Every rank's per-sequence diagnostics (ratio, clip flags, response length), as one

@@ -59,6 +59,13 @@ def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
     return t.tolist()
 
 
+def all_reduce_max(values: list[float], device: torch.device) -> list[float]:
+    """Element-wise maxima of `values` over the group."""
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
+
+
 def gather_rows(rows: torch.Tensor, world: int) -> torch.Tensor:
     """[n_r, k] float64 on each rank -> [sum n_r, k] on every rank, in rank order (tensors of
     different lengths are padded for the collective, then trimmed)."""

@@ -133,7 +133,7 @@ class GSPOLearner:
         lr = self.lr
         if not trajectories:  # every group was masked: nothing to learn from, time moves on
             self.counters["version"] += 1
-            return {**_metrics([], [], [], lr, self.counters["skipped_in_row"], 0.0),
+            return {**_metrics([], [], [], lr, self.counters["skipped_in_row"], (0.0, 0.0)),
                     "learner/entropy": math.nan}
         self.backend.set_lr(lr)
         batch = collate(trajectories, advantages, self.pad_id)
@@ -155,9 +155,10 @@ class GSPOLearner:
                 "skipped_in_row"] + 1
         # the gap and the entropy are measured where the learner ran a pass of its own
         measured = minis if self.cfg.loss.old_logprobs == "learner" else minis[:1]
-        gap, entropy = token_means([m for m, _, _ in measured if m is not None],
-                                   self._entropy_sum, self.dp)
-        metrics = _metrics(results, outputs, lengths, lr, self.counters["skipped_in_row"], gap)
+        gap, gap_max, entropy = token_means([m for m, _, _ in measured if m is not None],
+                                            self._entropy_sum, self.dp)
+        metrics = _metrics(results, outputs, lengths, lr, self.counters["skipped_in_row"],
+                           (gap, gap_max))
         return {**metrics, "learner/entropy": entropy}
 
     def _mini_batches(self, batch: Batch, temperature: float) -> list[tuple]:
@@ -240,7 +241,8 @@ def _trainable_model(model_path: str, cfg: LearnerConfig, device: torch.device
 
 def _metrics(results: list[MiniResult], outputs: list[gspo.LossOutput],
              lengths: list[torch.Tensor], lr: float, skipped_in_row: int,
-             gap: float) -> dict[str, float | Histogram]:
+             gap: tuple[float, float]) -> dict[str, float | Histogram]:
+    """The step's metrics; `gap`: the mean and the largest sampler/learner log-prob gap."""
     applied = [r for r in results if r.applied]
     metrics: dict[str, float | Histogram] = {
         "learner/loss": _mean([r.loss for r in applied]),
@@ -252,7 +254,8 @@ def _metrics(results: list[MiniResult], outputs: list[gspo.LossOutput],
     if not results:  # an empty batch
         return {**metrics, "perf/train_tokens": 0.0}
     return {**metrics, **gspo.diagnostics(outputs, lengths),
-            "rollout/sampler_logprob_gap": gap,
+            "rollout/sampler_logprob_gap": gap[0],
+            "rollout/sampler_logprob_gap_max": gap[1],
             "perf/train_tokens": float(sum(r.tokens for r in results))}
 
 

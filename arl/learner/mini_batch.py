@@ -137,12 +137,14 @@ def stack_columns(pieces: list[torch.Tensor], shape: torch.Size) -> torch.Tensor
 
 
 def token_means(minis: list[Batch], entropy_sum: float, dp: DataParallel
-                ) -> tuple[float, float]:
-    """Means over the loss-mask tokens of the whole batch (0.0 if there are none) of
-    |sampler_logprobs - old_logprobs| and of the policy's entropy at the step's start
-    (`entropy_sum`: this rank's sum)."""
-    total = float(sum(((m.sampler_logprobs - m.old_logprobs).abs() * m.loss_mask).sum()
-                      for m in minis))
+                ) -> tuple[float, float, float]:
+    """Over the loss-mask tokens of the whole batch (0.0 each if there are none): the mean and
+    the largest |sampler_logprobs - old_logprobs|, and the mean entropy of the policy at the
+    step's start (`entropy_sum`: this rank's sum)."""
+    gaps = [(m.sampler_logprobs - m.old_logprobs).abs() * m.loss_mask for m in minis]
+    total = float(sum(g.sum() for g in gaps))
+    largest = max((float(g.max()) for g in gaps if g.numel()), default=0.0)
     count = float(sum(m.loss_mask.sum() for m in minis))
     total, entropy, count = dp.sum([total, entropy_sum, count])
-    return (total / count, entropy / count) if count > 0 else (0.0, 0.0)
+    (largest,) = dp.max([largest])
+    return (total / count, largest, entropy / count) if count > 0 else (0.0, 0.0, 0.0)

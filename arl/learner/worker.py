@@ -102,11 +102,13 @@ class LearnerWorker:
         if state is not None:
             self.sync.send(state, self.layout, self.bucket_bytes)
 
-    def save_checkpoint(self, directory: str, step: int, extra: dict) -> None:
-        """Write the checkpoint from rank 0 (every rank must call it: backends may gather)."""
+    def save_checkpoint(self, directory: str, step: int, extra: dict,
+                        policies: dict[int, dict[str, np.ndarray]] | None = None) -> None:
+        """Write the checkpoint from rank 0 (every rank must call it: backends may gather),
+        with older weight versions `policies` (deterministic async runs)."""
         state = self.learner.state_dict_for_checkpoint()
         if state is not None:
-            save_checkpoint(directory, state, step, extra, self.model_files)
+            save_checkpoint(directory, state, step, extra, self.model_files, policies)
 
     def load_checkpoint(self, directory: str) -> dict:
         """Restore the learner from a checkpoint (verified); return the JSON the driver

@@ -26,12 +26,12 @@ def test_plot_run_writes_a_png_with_every_panel_drawn(tmp_path):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     pixels = image.imread(path)[..., :3]  # [H, W, 3] floats in 0..1
     assert pixels.std() > 0.05, "a blank image"
-    # Every panel has a curve: each of the 2 x 5 cells holds coloured (non-grey) pixels.
+    # Every panel has a curve: each of the first 11 of 3 x 4 cells holds coloured pixels.
     height, width = pixels.shape[:2]
-    assert len(PANELS) == 10
-    for row in range(2):
-        for col in range(5):
-            cell = pixels[row * height // 2:(row + 1) * height // 2,
-                          col * width // 5:(col + 1) * width // 5]
+    assert len(PANELS) == 11
+    for row in range(3):
+        for col in range(4 if row < 2 else 3):
+            cell = pixels[row * height // 3:(row + 1) * height // 3,
+                          col * width // 4:(col + 1) * width // 4]
             colour = cell.max(axis=-1) - cell.min(axis=-1)
             assert (colour > 0.3).mean() > 0.001, f"panel {row},{col} has no curve"

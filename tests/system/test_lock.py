@@ -10,6 +10,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import sysconfig
 
 import pytest
 
@@ -68,8 +69,12 @@ def test_the_virtualenv_holds_exactly_the_lock():
     tool = _tool()
     locked = tool.pins(ROOT / "lock" / f"cpu-{platform.machine()}-dev.txt")
     locked |= tool.pins(ROOT / "lock" / "model-smollm2.txt")
+    # the virtualenv's own packages (not the ones other packages vendor: setuptools puts
+    # its _vendor folder on sys.path once imported)
+    site = pathlib.Path(sysconfig.get_paths()["purelib"]).resolve()
     installed = {tool.canonical(d.metadata["Name"]): d.version
-                 for d in importlib.metadata.distributions()}
+                 for d in importlib.metadata.distributions()
+                 if pathlib.Path(d.locate_file("")).resolve() == site}
     extra = {n: v for n, v in installed.items() if n not in locked and n not in NOT_LOCKED}
     assert extra == {}, "installed but not in the lock"
     assert {n: (installed.get(n), v) for n, v in locked.items() if installed.get(n) != v} == {}

@@ -11,6 +11,8 @@ A checkpoint is one directory:
     hf/                    the model folder without its weights: config.json, tokenizer and
                            chat template files, so the checkpoint alone is a model that
                            `arl eval` or `arl export` can load from anywhere (format 2)
+    policies/v<n>.safetensors  (deterministic async runs only) the older weight versions the
+                           next steps' rollouts play, by HF name, as the rollout workers got them
     manifest.json          format, step, policy_version, and sha256 + size of every file above
 
 and next to it, in the parent directory, `latest`: the name of the newest checkpoint, replaced
@@ -32,12 +34,16 @@ checkpoint or a whole one.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from safetensors.numpy import load_file as load_numpy
+from safetensors.numpy import save_file as save_numpy
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
@@ -63,6 +69,7 @@ MODEL_FILE = "model.safetensors"
 OPTIMIZER_TENSORS_FILE = "optimizer.safetensors"
 OPTIMIZER_JSON_FILE = "optimizer.json"
 LEARNER_FILE = "learner.json"
+POLICIES_DIR = "policies"
 DATA_FILES = (MODEL_FILE, OPTIMIZER_TENSORS_FILE, OPTIMIZER_JSON_FILE, LEARNER_FILE)
 
 
@@ -97,10 +104,12 @@ class Checkpoint:
 def save_checkpoint(
     directory: str | os.PathLike, state: LearnerState, step: int, extra_json: dict[str, Any],
     model_files: dict[str, bytes] | None = None,
+    policies: dict[int, dict[str, np.ndarray]] | None = None,
 ) -> Path:
     """Write `state` as a checkpoint at `directory` (which must not exist yet), then point
     the parent's `latest` file at it, and return it. `model_files` (file name -> bytes: the
-    model folder's config and tokenizer files, `model_folder_files`) go into hf/.
+    model folder's config and tokenizer files, `model_folder_files`) go into hf/;
+    `policies` (version -> weights) into policies/ (`load_policies`).
 
     `extra_json` must be JSON-serialisable (e.g. the run config, rollout RNG seeds). Raises
     FileExistsError if `directory` exists; TypeError or ValueError if anything meant for
@@ -130,6 +139,7 @@ def save_checkpoint(
                 (tmp / HF_DIR / name).write_bytes(data)
                 extra_files.append(f"{HF_DIR}/{name}")
             fsync_dir(tmp / HF_DIR)
+        extra_files += _write_policies(tmp, policies or {})
         files = {}
         for name in (*DATA_FILES, *extra_files):
             fsync_file(tmp / name)
@@ -175,6 +185,33 @@ def load_checkpoint(directory: str | os.PathLike) -> Checkpoint:
         raise CheckpointError(f"{root}: checkpoint contents do not parse: {err!r}") from err
 
 
+def _write_policies(root: Path, policies: dict[int, dict[str, np.ndarray]]) -> list[str]:
+    """policies/v<n>.safetensors under `root`, one per version; their names."""
+    names = []
+    for version, weights in sorted(policies.items()):
+        (root / POLICIES_DIR).mkdir(exist_ok=True)
+        name = f"{POLICIES_DIR}/v{int(version)}.safetensors"
+        save_numpy({k: np.ascontiguousarray(v) for k, v in weights.items()}, str(root / name))
+        names.append(name)
+    if names:
+        fsync_dir(root / POLICIES_DIR)
+    return names
+
+
+def load_policies(directory: str | os.PathLike) -> dict[int, dict[str, np.ndarray]]:
+    """The older weight versions a checkpoint keeps (policies/, maybe none), each file
+    checked against the manifest first. Raises CheckpointError."""
+    root = Path(directory)
+    manifest = read_manifest(root)
+    out = {}
+    for name, meta in manifest["files"].items():
+        stem = name.removeprefix(f"{POLICIES_DIR}/v").removesuffix(".safetensors")
+        if name.startswith(f"{POLICIES_DIR}/") and stem.isdigit():
+            verify_file(root / name, meta, root)
+            out[int(stem)] = load_numpy(str(root / name))
+    return out
+
+
 def verify_checkpoint(directory: str | os.PathLike) -> dict[str, Any]:
     """Check that every file the manifest lists is there with its size and sha256; return
     the manifest. Raises CheckpointError naming the first bad file."""
@@ -200,12 +237,13 @@ def read_manifest(root: Path) -> dict[str, Any]:
                and isinstance(m.get("sha256"), str) for m in manifest["files"].values()):
         raise CheckpointError(f"{root / MANIFEST_FILE}: every file needs its bytes and sha256")
     extra = names - set(DATA_FILES)
-    if not set(DATA_FILES) <= names or any(
-            not n.startswith(f"{HF_DIR}/") or not _is_plain_name(n[len(HF_DIR) + 1:])
-            for n in extra):
+    if not set(DATA_FILES) <= names or not all(
+            (n.startswith(f"{HF_DIR}/") and _is_plain_name(n[len(HF_DIR) + 1:]))
+            or re.fullmatch(rf"{POLICIES_DIR}/v[0-9]+\.safetensors", n) for n in extra):
         raise CheckpointError(
             f"{root / MANIFEST_FILE}: lists {shown(sorted(names), 300)}, expected "
-            f"{list(DATA_FILES)} and plain file names under {HF_DIR}/"
+            f"{list(DATA_FILES)}, plain file names under {HF_DIR}/ and "
+            f"{POLICIES_DIR}/v<n>.safetensors"
         )
     return manifest
 
