@@ -4,9 +4,10 @@
                                [--games VARIANT:SEED ...]
 
 Each cell runs in a process of its own, one after another (never two at once), with the
-variant's environment: `avx2` caps oneDNN at AVX2 (no AVX-512 and no bf16 kernels; the warm
-start is made under the cap too), `fp32` trains the learner in float32 (the default does its
-matrix products in bf16). A cell warm-starts (once per variant), trains
+variant's environment: `avx2` caps oneDNN at AVX2 (no AVX-512 and no bf16 kernels, so `auto`
+dtypes resolve to float32), `avx512bf16` at AVX-512 with bf16 but without AMX (the code path
+of a CPU without AMX tiles), `fp32` trains the learner in float32 (the default does its
+matrix products in bf16). A capped variant makes its warm start under the cap too. A cell warm-starts (once per variant), trains
 `configs/tictactoe_move.yaml` with its seed, then scores the final checkpoint greedily on the
 held-out positions. `--games avx2:0` also runs the full-games config from that cell's
 checkpoint and plays 400 greedy games against eps-minimax(0.3), 200 per seat.
@@ -31,6 +32,7 @@ sys.path.insert(0, ROOT)
 VARIANTS = {  # name -> (environment, train overrides)
     "default": ({}, []),
     "avx2": ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, []),
+    "avx512bf16": ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, []),
     "fp32": ({}, ["learner.compute.dtype=float32"]),
 }
 POSITIONS = {"win": "configs/positions/win_in_one.jsonl",
@@ -49,7 +51,8 @@ def run_cell(variant: str, seed: int, out: str, games: bool) -> dict:
     """Warm start (once per variant), train, score; in this process's environment."""
     from arl.app.plot import read_metrics
 
-    warm = f"cache:isa-{'avx2' if variant == 'avx2' else 'default'}-warmstart-board"
+    capped = VARIANTS[variant][0].get("ONEDNN_MAX_CPU_ISA", "default").lower()
+    warm = f"cache:isa-{capped}-warmstart-board"
     env = dict(os.environ)
     _arl("warmstart", "configs/warmstart_board.yaml", f"warmstart.output={warm}", env=env)
     name = f"{variant}_seed{seed}"
@@ -72,11 +75,12 @@ def run_cell(variant: str, seed: int, out: str, games: bool) -> dict:
 def score(run: str) -> dict[str, float]:
     """Greedy held-out win-in-one and block-in-one accuracy of the run's last checkpoint."""
     from arl.config import load_config
+    from arl.model.checkpoint.runs import resolve_checkpoint
     from arl.rollout.evaluation import load_policy, read_positions, score_positions
     from arl.types import SamplingParams
 
     cfg = load_config([os.path.join(run, "config.json")], check_paths=False)
-    engine = load_policy(run)
+    engine = load_policy(resolve_checkpoint(run))
     greedy = SamplingParams(0.0, 1.0, cfg.rollout.max_new_tokens, FRESH_SEED)
     return {key: score_positions(engine, cfg.env, read_positions(path), 1,
                                  greedy)["accuracy"].rate
@@ -87,11 +91,12 @@ def full_games(run: str) -> dict[str, float]:
     """Illegal-move and non-loss rates of 400 greedy games against eps-minimax(0.3)."""
     from arl.config import load_config
     from arl.env_spec import resolve_env
+    from arl.model.checkpoint.runs import resolve_checkpoint
     from arl.rollout.evaluation import load_policy, play
     from arl.types import SamplingParams
 
     cfg = load_config([os.path.join(run, "config.json")], check_paths=False)
-    engine = load_policy(run)
+    engine = load_policy(resolve_checkpoint(run))
     greedy = SamplingParams(0.0, 1.0, cfg.rollout.max_new_tokens, FRESH_SEED)
     outcomes = []
     for seat in ("X", "O"):
@@ -106,11 +111,16 @@ def full_games(run: str) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--variants", nargs="+", default=["default", "avx2", "fp32"],
+                        choices=VARIANTS)
     parser.add_argument("--games", nargs="*", default=[], help="VARIANT:SEED cells")
     parser.add_argument("--out", default="runs/isa_matrix")
     parser.add_argument("--cell", nargs=2, help=argparse.SUPPRESS)  # variant seed: one cell
+    parser.add_argument("--score", help=argparse.SUPPRESS)  # a finished run: score it alone
     args = parser.parse_args()
+    if args.score:
+        print(json.dumps(score(args.score)))
+        return 0
     if args.cell:
         variant, seed = args.cell[0], int(args.cell[1])
         print(json.dumps(run_cell(variant, seed, args.out, f"{variant}:{seed}" in args.games)))
@@ -122,7 +132,7 @@ def main() -> int:
             env = {**os.environ, **VARIANTS[variant][0]}
             done = subprocess.run([sys.executable, __file__, "--cell", variant, str(seed),
                                    "--out", args.out, "--games", *args.games], cwd=ROOT,
-                                  env=env, check=True, capture_output=True, text=True)
+                                  env=env, check=True, stdout=subprocess.PIPE, text=True)
             cell = json.loads(done.stdout.strip().splitlines()[-1])
             cell["minutes"] = (time.perf_counter() - t0) / 60
             cell["passes"] = all(cell[k] >= v for k, v in PASS.items())
