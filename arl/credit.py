@@ -108,3 +108,17 @@ def shared_turn_share(turn_states: Sequence[Sequence[str | None]], group_size: i
     sizes = [len(turns) for turns in _same_state_turns(turn_states, group_size, scope)]
     named = sum(sizes)
     return sum(n for n in sizes if n > 1) / named if named else 0.0
+
+
+def nonzero_step_share(turn_rewards: Sequence[Sequence[float]],
+                       turn_states: Sequence[Sequence[str | None]], group_size: int,
+                       gamma: float, scope: str) -> float:
+    """The share of named turns whose step advantage A^S is not zero: the turns from which
+    the step term teaches something (a state seen once, or whose returns all agree, gives 0)."""
+    returns = [returns_to_go(r, gamma) for r in turn_rewards]
+    nonzero = named = 0
+    for turns in _same_state_turns(turn_states, group_size, scope):
+        values = _normalised(np.array([returns[i][t] for i, t in turns]), 0.0)
+        nonzero += int(np.count_nonzero(values))
+        named += len(turns)
+    return nonzero / named if named else 0.0

@@ -14,6 +14,7 @@ machines).
 from __future__ import annotations
 
 import functools
+import os
 import platform
 
 DTYPES = ("auto", "bfloat16", "float32")
@@ -38,9 +39,26 @@ def cpu_flags(cpuinfo: str = CPUINFO) -> frozenset[str]:
     return frozenset()
 
 
+# oneDNN's instruction-set caps (ONEDNN_MAX_CPU_ISA) that leave no bf16 kernels: torch's
+# bf16 matmul then falls back to emulation (AVX2: 2.1 GFLOPS against 142 in float32 on a
+# CPU with AMX; AVX512_CORE: 34 against 140).
+_ISA_WITHOUT_BF16 = frozenset({"sse41", "avx", "avx2", "avx2_vnni", "avx2_vnni_2",
+                               "avx512_core", "avx512_core_vnni"})
+
+
+def onednn_isa_cap() -> str:
+    """The instruction set oneDNN is capped at (ONEDNN_MAX_CPU_ISA, or its old name
+    DNNL_MAX_CPU_ISA), lower case; "" when uncapped."""
+    return (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
+            or "").strip().lower()
+
+
 @functools.lru_cache(maxsize=None)
 def cpu_has_native_bf16(cpuinfo: str = CPUINFO) -> bool:
-    """Whether this machine's CPU has bf16 arithmetic instructions."""
+    """Whether this machine's CPU has bf16 arithmetic instructions that torch may use (not
+    where oneDNN is capped below them)."""
+    if onednn_isa_cap() in _ISA_WITHOUT_BF16:
+        return False
     flags = cpu_flags(cpuinfo)
     if platform.machine().lower() in ("arm64", "aarch64"):
         # Apple silicon has no /proc/cpuinfo; M2 and later do bf16, and torch uses it.

@@ -26,6 +26,14 @@ GLOSSARY: dict[str, str] = {
                                     "teach GSPO nothing)",
     "rollout/sampler_logprob_gap": "mean |sampler log-prob - learner log-prob| per sampled "
                                    "token: how far the engine's numbers are from the learner's",
+    "turns/reward_t<name>": "multi-turn episodes: mean reward of turn t (1-based, up to 10) over "
+                            "the episodes that played it",
+    "turns/ended_t<name>": "share of episodes that ended at turn t",
+    "turns/won_t<name>": "share of episodes that ended at turn t with a win",
+    "turns/states_per_group_turn": "mean number of distinct states among a group's episodes at "
+                                   "one turn index (1: all in the same state)",
+    "turns/nonzero_step_advantage": "turn-level credit: share of named turns whose step "
+                                    "advantage is not zero (the turns the step term teaches)",
     "rollout/sampler_logprob_gap_max": "largest |sampler log-prob - learner log-prob| of a "
                                        "sampled token in the step",
     "rollout/failed_episodes": "episodes that failed (an env raised, a non-finite reward, a "

@@ -49,8 +49,41 @@ def rollout_metrics(summaries: Sequence[EpisodeSummary], group_size: int,
     results = Counter(o.result for o in ended)
     for key, result in RESULT_RATES.items():
         metrics[key] = results[result] / len(summaries)
-    return {**metrics, **episode_metrics(summaries),
+    return {**metrics, **episode_metrics(summaries), **turn_metrics(summaries, group_size),
             "rollout/action_hist": action_histogram(summaries)}
+
+
+TURNS_SHOWN = 10  # turn indices with metrics of their own (later turns are rare and noisy)
+
+
+def turn_metrics(summaries: Sequence[EpisodeSummary], group_size: int) -> Metrics:
+    """Multi-turn episodes by turn index t (1-based, up to TURNS_SHOWN): the mean reward of
+    turn t over the episodes that played it, the share of episodes that ended at turn t and
+    that won there; and the mean number of distinct states among a group's turns t (1: every
+    episode of the group was in the same state, what a per-state baseline needs). Empty when
+    no episode took a second turn."""
+    longest = max((s.num_turns for s in summaries), default=0)
+    if longest < 2:
+        return {}
+    out: Metrics = {}
+    ends = Counter(min(s.num_turns, TURNS_SHOWN + 1) for s in summaries)
+    wins = Counter(min(s.num_turns, TURNS_SHOWN + 1) for s in summaries
+                   if s.outcome is not None and s.outcome.result == "win")
+    for t in range(1, min(longest, TURNS_SHOWN) + 1):
+        rewards = [s.turns[t - 1].reward for s in summaries if len(s.turns) >= t]
+        out[f"turns/reward_t{t}"] = float(np.mean(rewards)) if rewards else math.nan
+        out[f"turns/ended_t{t}"] = ends[t] / len(summaries)
+        out[f"turns/won_t{t}"] = wins[t] / len(summaries)
+    distinct = []
+    for g in range(0, len(summaries), group_size):
+        group = summaries[g:g + group_size]
+        for t in range(max(len(s.turns) for s in group)):
+            states = {s.turns[t].state for s in group if len(s.turns) > t}
+            if None not in states:
+                distinct.append(len(states))
+    if distinct:
+        out["turns/states_per_group_turn"] = float(np.mean(distinct))
+    return out
 
 
 def episode_metrics(summaries: Sequence[EpisodeSummary]) -> dict[str, float]:

@@ -218,7 +218,7 @@ FIRST_STEPS: list[Step] = [
          "a CUDA GPU, the vllm extra", gpu_tests),
     Step("engine", "the rollout engine on a model built here: generate, reload, same greedy",
          "vLLM on a GPU (the HF engine with --cpu)", engine_round_trip),
-    Step("train", "3 steps of configs/gpu_one.yaml",
+    Step("train", "3 steps of configs/gpu_one.yaml (engine first, then the learner)",
          "a GPU shared by vLLM and the learner (--model: the policy; default built here)",
          train_steps),
 ]

@@ -52,8 +52,11 @@ class Cluster:
         """Open the host and start the workers; on failure close what the host opened."""
         try:
             self._placement = self.host.open(self.cfg)
-            self._learner = self._new_learner()
+            # Rollout engines first, loaded, then the learner: vLLM sizes its KV cache from
+            # the GPU memory it finds free, which a learner allocating beside it would take.
             self._rollout = RolloutPool(self.cfg, self.host, self._placement, source=self)
+            self._rollout.wait_loaded()
+            self._learner = self._new_learner()
             self._sync = make_weight_sync(self.cfg, self._learner, self._rollout.group)
             if self.cfg.mode == "async" and self.cfg.deterministic:
                 self.pinned = PinnedWeights(self._rollout.group, self.host.get)

@@ -108,6 +108,10 @@ class RolloutPool:
     def __len__(self) -> int:
         return len(self.group)
 
+    def wait_loaded(self) -> None:
+        """Return when every worker has loaded its engine (raises what a load raised)."""
+        self.group.get(self.group.submit("loaded", [()] * len(self.group)))
+
     def collect(self, env_seeds: list[int], group_ids: list[int], seed: int,
                 transcripts: int = 0) -> RolloutBatch:
         """Every worker plays its share of the groups; only summaries come to the driver.

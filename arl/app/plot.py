@@ -1,6 +1,6 @@
 """`arl plot`: one PNG dashboard of a run from metrics.jsonl, no wandb needed: reward, move
 quality, tool calls, response length, GSPO clip fractions, learner, timing, outcomes, actions,
-evaluation, and the sampler's log-prob gap to the learner.
+evaluation, the sampler's log-prob gap to the learner, and the reward of each turn.
 
 Per-step rates of 64 episodes are noisy: the reward and every rate panel draw the raw series
 faintly and a trailing mean of `SMOOTH_STEPS` steps on top.
@@ -47,6 +47,7 @@ PANELS = (
     Panel("sampler vs learner", "|log-prob gap| per token", ("rollout/sampler_logprob_gap",
                                                            "rollout/sampler_logprob_gap_max"),
           smooth=False),
+    Panel("by turn (multi-turn)", "mean reward of turn t", ("turns/reward_t*",)),
 )
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from arl.actors.rollout_pool import RolloutBatch
 from arl.config import Config
-from arl.credit import shared_turn_share
+from arl.credit import nonzero_step_share, shared_turn_share
 from arl.env_spec import resolve_env
 from arl.metrics import Metrics, rollout_metrics
 
@@ -55,9 +55,12 @@ def _credit_metrics(cfg: Config, done: StepDone) -> dict[str, float]:
     turn of their step-level scope (the rest get only the episode advantage)."""
     if cfg.learner.advantage.level != "turn":
         return {}
+    adv, size = cfg.learner.advantage, cfg.rollout.group_size
     states = [[t.state for t in s.turns] for s in done.batch.summaries]
-    return {"rollout/shared_state_turns": shared_turn_share(
-        states, cfg.rollout.group_size, cfg.learner.advantage.step_group_scope)}
+    rewards = [[t.reward for t in s.turns] for s in done.batch.summaries]
+    return {"rollout/shared_state_turns": shared_turn_share(states, size, adv.step_group_scope),
+            "turns/nonzero_step_advantage": nonzero_step_share(
+                rewards, states, size, adv.turn_discount, adv.step_group_scope)}
 
 
 def _async_metrics(done: StepDone) -> dict[str, float]:

@@ -42,6 +42,13 @@ class StopOnSignal:
             self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
         return self
 
+    def install(self) -> None:
+        """Take the signals back (starting Ray sets a SIGTERM handler of its own); the
+        handlers restored on exit stay those from before `__enter__`."""
+        if threading.current_thread() is threading.main_thread():
+            for s in self.SIGNALS:
+                signal.signal(s, self._handle)
+
     def _handle(self, signum: int, _frame: Any) -> None:
         if signum == signal.SIGINT and self.signum == signal.SIGINT:
             raise KeyboardInterrupt  # the second Ctrl-C: stop now, without a checkpoint

@@ -90,7 +90,10 @@ def _train(cfg: Config, host: Host | None) -> Metrics:
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(
         cfg.model, path=local_folder(cfg.model.path)))
     positions = _read_positions(cfg)
-    with Run(cfg) as run, Cluster(cfg, host) as cluster, StopOnSignal() as stop:
+    # Signals first: a Ctrl-C while the workers start is a request to stop, not an exception
+    # inside Ray's start-up.
+    with Run(cfg) as run, StopOnSignal() as stop, Cluster(cfg, host) as cluster:
+        stop.install()
         resumed = cluster.load_checkpoint(run.resume_from) if run.resume_from else {}
         run.open_sinks(wandb_run_id=resumed.get("wandb_run_id"))
         cluster.push_weights(version=run.start_step)
@@ -114,6 +117,9 @@ def _train_steps(cfg: Config, run: Run, cluster: Cluster, stop: StopOnSignal,
     """Steps `start`.. to the end: train, checkpoint, evaluate, log; the last metrics."""
     metrics: Metrics = {}
     steps = _sync_steps if cfg.mode == "sync" else _async_steps
+    if stop.requested:  # while the workers started: stop before the first step
+        _checkpoint_and_raise(run, cluster, start, functools.partial(
+            Stopped, signum=stop.signum), f"stopped by {stop.name} before step {start + 1}")
     for step, done in steps(cfg, cluster, start):
         t_end = time.perf_counter()
         if cfg.learner.checkpoint.every and (step + 1) % cfg.learner.checkpoint.every == 0:

@@ -161,6 +161,10 @@ class RolloutWorker:
                                          games, seed, self.cfg.max_new_tokens)
         return {**metrics, "eval/policy_version": float(self.engine.version)}
 
+    def loaded(self) -> int:
+        """This process's pid, once the engine is loaded (a call waits for construction)."""
+        return os.getpid()
+
     @property
     def version(self) -> int:
         return self.engine.version

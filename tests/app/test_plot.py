@@ -26,11 +26,11 @@ def test_plot_run_writes_a_png_with_every_panel_drawn(tmp_path):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     pixels = image.imread(path)[..., :3]  # [H, W, 3] floats in 0..1
     assert pixels.std() > 0.05, "a blank image"
-    # Every panel has a curve: each of the first 11 of 3 x 4 cells holds coloured pixels.
+    # Every panel has a curve: each of the 3 x 4 cells holds coloured pixels.
     height, width = pixels.shape[:2]
-    assert len(PANELS) == 11
+    assert len(PANELS) == 12
     for row in range(3):
-        for col in range(4 if row < 2 else 3):
+        for col in range(4):
             cell = pixels[row * height // 3:(row + 1) * height // 3,
                           col * width // 4:(col + 1) * width // 4]
             colour = cell.max(axis=-1) - cell.min(axis=-1)

@@ -59,3 +59,19 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path, warm_model_dir):
     assert proc.returncode == 130, out[-3000:]
     assert "interrupted" in out and "Traceback" not in out
     assert "stopped by SIGINT" not in out  # no checkpoint: it did not wait for the step
+
+
+def test_ctrl_c_while_the_workers_start_stops_before_the_first_step(tmp_path, warm_model_dir):
+    proc = _start(tmp_path, warm_model_dir)
+    config = tmp_path / "ci" / "config.json"  # written just before the signal handlers
+    deadline = time.monotonic() + 120
+    while not config.is_file():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.5)  # Ray and the workers take seconds to start
+    proc.send_signal(signal.SIGINT)  # the driver alone, while it starts its workers
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, out[-3000:]
+    assert "stopped by SIGINT before step 1" in out and "Traceback" not in out
+    checkpoints = tmp_path / "ci" / "checkpoints"
+    assert (checkpoints / "latest").read_text().strip() == "step_000000"

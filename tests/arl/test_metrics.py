@@ -6,6 +6,7 @@ import glob
 import json
 
 import numpy as np
+import pytest
 
 from arl.actors.hosts import LocalHost
 from arl.app.train import train
@@ -77,3 +78,39 @@ def test_the_demo_run_logs_every_signal_to_jsonl_and_wandb(tmp_path, warm_model_
     assert all("<tool_call>" in s["conversation"] or "assistant" in s["conversation"]
                for s in samples)
     assert (run / "curves.png").stat().st_size > 10_000
+
+
+def _episode(turns: list[tuple[float, str | None]], result: str | None) -> EpisodeSummary:
+    from arl.types import Outcome, Turn
+
+    return EpisodeSummary(sum(r for r, _ in turns), 0, 0, 5, len(turns), len(turns), 0,
+                          outcome=Outcome("end", result),
+                          turns=tuple(Turn(0, 1, r, s) for r, s in turns))
+
+
+def test_turn_metrics_by_turn_index_and_states_per_group():
+    from arl.metrics import turn_metrics
+
+    group_a = [_episode([(0.0, "s"), (1.0, "x")], "win"),
+               _episode([(0.0, "s"), (0.0, "y"), (-1.0, "z")], "loss")]
+    group_b = [_episode([(1.0, "s")], "win"), _episode([(0.5, "t")], "draw")]
+    m = turn_metrics(group_a + group_b, group_size=2)
+    assert m["turns/reward_t1"] == pytest.approx((0 + 0 + 1 + 0.5) / 4)
+    assert m["turns/reward_t2"] == pytest.approx(0.5)  # two episodes reached turn 2
+    assert m["turns/reward_t3"] == -1.0
+    assert [m[f"turns/ended_t{t}"] for t in (1, 2, 3)] == [0.5, 0.25, 0.25]
+    assert [m[f"turns/won_t{t}"] for t in (1, 2, 3)] == [0.25, 0.25, 0.0]
+    # group a: turn 1 one state, turn 2 two, turn 3 one; group b: turn 1 two states
+    assert m["turns/states_per_group_turn"] == pytest.approx((1 + 2 + 1 + 2) / 4)
+    assert "turns/reward_t4" not in m
+    assert turn_metrics(group_b, group_size=2) == {}  # single-turn episodes: nothing
+
+
+def test_nonzero_step_share_counts_turns_the_step_term_teaches():
+    from arl.credit import nonzero_step_share
+
+    rewards = [[0.0, 1.0], [0.0, 0.0], [1.0], [1.0]]
+    states = [["s", "a"], ["s", "b"], ["s"], ["s"]]
+    # group 1: "s" twice with returns 1 and 0 (both non-zero), "a" and "b" once (zero);
+    # group 2: "s" twice with equal returns (zero)
+    assert nonzero_step_share(rewards, states, 2, 1.0, "group") == pytest.approx(2 / 6)
