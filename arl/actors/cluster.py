@@ -52,14 +52,12 @@ class Cluster:
         """Open the host and start the workers; on failure close what the host opened."""
         try:
             self._placement = self.host.open(self.cfg)
-            # Rollout engines first, loaded, then the learner: vLLM sizes its KV cache from
-            # the GPU memory it finds free, which a learner allocating beside it would take.
+            # Engines loaded before the learner starts: vLLM sizes its KV cache from free memory.
             self._rollout = RolloutPool(self.cfg, self.host, self._placement, source=self)
             self._rollout.wait_loaded()
             self._learner = self._new_learner()
             self._sync = make_weight_sync(self.cfg, self._learner, self._rollout.group)
-            if self.cfg.mode == "async" and self.cfg.deterministic:
-                self.pinned = PinnedWeights(self._rollout.group, self.host.get)
+            self.pinned = PinnedWeights.of(self.cfg, self._rollout.group, self.host.get)
         except BaseException:
             self.__exit__()
             raise
@@ -69,9 +67,8 @@ class Cluster:
         return LearnerGroup(self.cfg, self.host, self._placement, self._generation)
 
     def __exit__(self, *exc: object) -> None:
-        for part in (self._rollout, self._learner):
-            if part is not None:
-                part.close()
+        for part in filter(None, (self._rollout, self._learner)):
+            part.close()
         self.host.close()
 
     # Rollouts.

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from arl.actors.group import ActorGroup
+from arl.config import Config
 
 
 class PinnedWeights:
@@ -22,6 +23,11 @@ class PinnedWeights:
         self.get = get  # resolves a kept reference (the host's get)
         self.kept: dict[int, Any] = {}  # version -> its weights: a reference, or a dict
         self.held: dict[int, int | None] = {}  # worker -> the version it holds
+
+    @staticmethod
+    def of(cfg: Config, rollout: ActorGroup, get: Any) -> PinnedWeights | None:
+        """Pinned weights for a deterministic async run; None for any other."""
+        return PinnedWeights(rollout, get) if cfg.mode == "async" and cfg.deterministic else None
 
     def keep(self, version: int, weights: Any) -> None:
         self.kept[version] = weights
