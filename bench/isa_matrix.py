@@ -5,13 +5,13 @@
 
 Each cell runs in a process of its own, one after another (never two at once), with the
 variant's environment: `avx2` caps oneDNN at AVX2 (no AVX-512 and no bf16 kernels, so `auto`
-dtypes resolve to float32), `avx512bf16` at AVX-512 with bf16 but without AMX (the code path
-of a CPU without AMX tiles), `fp32` trains the learner in float32 (the default does its
-matrix products in bf16). A capped variant makes its warm start under the cap too. A cell
-warm-starts (once per variant), trains `configs/tictactoe_move.yaml` with its seed, then
-scores the final checkpoint greedily on the held-out positions. `--games avx2:0` also runs the
-full-games config from that cell's checkpoint and plays 400 greedy games against
-eps-minimax(0.3), 200 per seat.
+dtypes resolve to float32), `avx512bf16` at AVX-512 with bf16 but without AMX (the code path of
+a CPU without AMX tiles), `fp32` trains the learner in float32 (the default does its matrix
+products in bf16), `fp32all` samples in float32 too. A capped variant makes its warm start
+under the cap too. A cell warm-starts (once per variant), trains `configs/tictactoe_move.yaml`
+with its seed, then scores the final checkpoint greedily on the held-out positions. `--games
+avx2:0` also runs the full-games config from that cell's checkpoint and plays 400 greedy games
+against eps-minimax(0.3), 200 per seat.
 
 Prints one row per cell: the reward over the last 10 steps, held-out win-in-one and
 block-in-one accuracy, and (with games) the illegal-move rate and non-loss rate; a JSON
@@ -35,6 +35,7 @@ VARIANTS = {  # name -> (environment, train overrides)
     "avx2": ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, []),
     "avx512bf16": ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, []),
     "fp32": ({}, ["learner.compute.dtype=float32"]),
+    "fp32all": ({}, ["model.dtype=float32", "learner.compute.dtype=float32"]),
 }
 POSITIONS = {"win": "configs/positions/win_in_one.jsonl",
              "block": "configs/positions/block_in_one.jsonl"}
