@@ -124,16 +124,15 @@ class Cluster:
         return self.step_result(self.start_step(batch, advantages, keep))
 
     def restart_learner(self, checkpoint: str | None) -> None:
-        """Replace the learner group (a rank died) by a new one in the same places, restored
-        from `checkpoint` (None: the initial model), with a new weight sync; then push."""
+        """A new learner group and weight sync (a rank died), from `checkpoint`; then push."""
         self._learner.close()
         self._generation += 1
         self._learner = self._new_learner()
         self._sync = make_weight_sync(self.cfg, self._learner, self._rollout.group)
-        if self.pinned:
-            self.pinned.restore({})
         if checkpoint is not None:
-            self.load_checkpoint(checkpoint)
+            self.load_checkpoint(checkpoint)  # pinned: with the versions the checkpoint kept
+        elif self.pinned:
+            self.pinned.restore({})
 
     # Weights.
 
@@ -142,8 +141,9 @@ class Cluster:
         without waiting (each loads them after its current call); pinned, only keep them."""
         if self.pinned:
             self._sync.advance(version)
-            return self.pinned.keep(version, self._sync.exported())
-        self._loads = self._sync.publish(version)
+            self.pinned.keep(version, self._sync.exported())
+        else:
+            self._loads = self._sync.publish(version)
 
     def push_weights(self, version: int) -> None:
         """Send the learner's weights as `version`; wait until every rollout worker has them."""
