@@ -6,8 +6,8 @@
 - `package.module:attr` for code outside arl, where `attr` is an `EnvSpec` or a factory
   function `make(cfg) -> Env` (or `make(cfg, ctx)`) whose first parameter is annotated with
   its config type (an `EnvConfig` subclass; unannotated: plain `EnvConfig`); the factory's
-  optional attributes `outcomes`, `max_turns` and `legal_calls` fill those fields of its
-  spec.
+  optional attributes `outcomes`, `max_turns`, `legal_calls` and `reference` fill those
+  fields of its spec.
 
 The core reads every game fact it needs from the spec (outcome kinds, turn budget, the hooks
 below) and from the typed `Outcome` an env reports on an episode's last step; it
@@ -131,7 +131,8 @@ def spec_from_factory(name: str, factory: Callable[..., Env]) -> EnvSpec:
     outcomes = tuple(getattr(factory, "outcomes", ()))
     return EnvSpec(name=name, factory=build, config=config, outcomes=outcomes,
                    max_turns=int(getattr(factory, "max_turns", 1)),
-                   legal_calls=getattr(factory, "legal_calls", None))
+                   legal_calls=getattr(factory, "legal_calls", None),
+                   reference=getattr(factory, "reference", None))
 
 
 def registered_names() -> list[str]:

@@ -6,6 +6,18 @@ The agent has `max_guesses` turns to find a hidden integer in [low, high] with t
 the best policy; running out of guesses earns `reward_missed`, and a malformed call or a
 number outside [low, high] ends the episode with `reward_invalid`.
 
+Two choices make the task learnable by a small model in minutes, and each can be turned off:
+- `show_interval`: each hint restates what all hints so far leave ("7: higher, so 8 to 20"),
+  as a game shows its board, so a turn's reply depends on the last message alone rather
+  than on arithmetic over the whole history. It tells what is known, not what to guess.
+- `reward_per_bit`: a per-turn reward for what a guess teaches, in bits (log2 of the
+  interval's size before over after; the number found leaves one). It is potential-based
+  shaping (Ng, Harada and Russell 1999: F = Phi(s') - Phi(s), Phi = -bits still unknown), so
+  the best policy is unchanged, and every turn gets a signal of its own instead of only the
+  last one. `shaping: expected` pays its mean over the numbers the interval still holds
+  (each equally likely) instead of what this number's answer happened to narrow: the same
+  expected return for every policy, without the luck of the hidden number.
+
 Train it from the repository root (any folder on PYTHONPATH works; so does an installed
 package):
 
@@ -18,6 +30,7 @@ key fails before Ray starts.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -46,6 +59,12 @@ class GuessConfig(EnvConfig):
     turn_cost: float = opt(0.1, "taken off reward_found for each earlier guess")
     reward_missed: float = opt(-0.5, "no guess found it")
     reward_invalid: float = opt(-1.0, "a malformed call, or a number outside [low, high]")
+    show_interval: bool = opt(True, "each hint restates the interval the hints so far leave")
+    reward_per_bit: float = opt(0.0, "per-turn reward for each bit a guess narrows the "
+                                "interval by (potential-based shaping)", check="non_negative")
+    shaping: str = opt("expected", "reward_per_bit pays the bits a guess narrows the interval "
+                       "by on average over the numbers still possible (expected) or for this "
+                       "number (realized)", choices=("expected", "realized"))
 
 
 class GuessNumberEnv:
@@ -70,26 +89,34 @@ class GuessNumberEnv:
     def step(self, turn: ParsedTurn) -> EnvStep:
         if self._done is None or self._done:
             raise RuntimeError("step() before reset() or after the episode ended")
-        state = f"{self.interval[0]}-{self.interval[1]}"  # what the agent knows so far
+        # What the agent knows so far: the interval and the guesses it has left.
+        left = self.cfg.max_guesses - len(self.guesses)
+        state = f"{self.interval[0]}-{self.interval[1]}, {left} left"
         number = self._number(turn)
         if number is None:
             return self._end("Invalid guess: name an integer from "
                              f"{self.cfg.low} to {self.cfg.high}.", "invalid",
                              self.cfg.reward_invalid, state)
         self.guesses.append(number)
+        before = self.interval
+        hint = "higher" if number < self.secret else "lower"
+        low, high = before
+        self.interval = ((number, number) if number == self.secret else
+                         (max(low, number + 1), high) if hint == "higher" else
+                         (low, min(high, number - 1)))
+        shaping = self.cfg.reward_per_bit * (
+            _expected_bits(before, number) if self.cfg.shaping == "expected"
+            else _bits(before) - _bits(self.interval))
         if number == self.secret:
             reward = self.cfg.reward_found - self.cfg.turn_cost * (len(self.guesses) - 1)
-            return self._end(f"{number} is right!", "found", reward, state)
+            return self._end(f"{number} is right!", "found", reward + shaping, state)
         if len(self.guesses) == self.cfg.max_guesses:
             return self._end(f"{number} is wrong; it was {self.secret}.", "missed",
-                             self.cfg.reward_missed, state)
-        low, high = self.interval
-        hint = "higher" if number < self.secret else "lower"
-        self.interval = (max(low, number + 1), high) if hint == "higher" else (
-            low, min(high, number - 1))
-        left = self.cfg.max_guesses - len(self.guesses)
-        return EnvStep((Message("tool", f"{number}: {hint}. {left} guesses left."),), 0.0,
-                       False, False, turn_state=state)
+                             self.cfg.reward_missed + shaping, state)
+        left -= 1
+        known = f", so {self.interval[0]} to {self.interval[1]}" if self.cfg.show_interval else ""
+        return EnvStep((Message("tool", f"{number}: {hint}{known}. {left} guesses left."),),
+                       shaping, False, False, turn_state=state)
 
     def _number(self, turn: ParsedTurn) -> int | None:
         if not isinstance(turn, ToolCall) or turn.name != GUESS.name:
@@ -107,6 +134,33 @@ class GuessNumberEnv:
                        turn_state=state)
 
 
+def _bits(interval: tuple[int, int]) -> float:
+    """log2 of the numbers an interval still holds (0 once one is left)."""
+    return math.log2(max(interval[1] - interval[0] + 1, 1))
+
+
+def _expected_bits(interval: tuple[int, int], number: int) -> float:
+    """The bits a guess narrows `interval` by, averaged over the numbers it holds: found
+    (1 in n) leaves one, "lower" the numbers below the guess, "higher" those above; a guess
+    outside the interval narrows nothing."""
+    low, high = interval
+    if not low <= number <= high:
+        return 0.0
+    n = high - low + 1
+    sides = (number - low, high - number)
+    return _bits(interval) - sum(k / n * math.log2(k) for k in sides if k)
+
+
+def reference(env: GuessNumberEnv, player: str, rng: random.Random) -> ToolCall:
+    """The baselines' guesses: `random` a uniformly random legal one (the whole range, as the
+    warm start guesses), `perfect` binary search (the middle of the interval still open)."""
+    if player == "random":
+        return ToolCall(GUESS.name, {"number": rng.randint(env.cfg.low, env.cfg.high)})
+    if player == "perfect":
+        return ToolCall(GUESS.name, {"number": sum(env.interval) // 2})
+    raise ValueError(f"reference player must be random or perfect, got {player!r}")
+
+
 def make(cfg: GuessConfig) -> GuessNumberEnv:
     """The factory `env.name=examples.guess_number:make` names."""
     return GuessNumberEnv(cfg)
@@ -114,6 +168,7 @@ def make(cfg: GuessConfig) -> GuessNumberEnv:
 
 make.outcomes = ("found", "missed", "invalid")  # logged as rollout/outcome_<kind>, 0 if absent
 make.max_turns = 20  # the most turns an episode of any config may take (evaluation)
+make.reference = reference  # the random and perfect rows of a results page
 # Every legal guess, for a format warm start with uniformly random legal moves (`arl warmstart
 # examples/guess_number_warmstart.yaml`): the whole range, not the interval still open, which
 # would teach the strategy.

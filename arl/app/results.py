@@ -30,7 +30,7 @@ from arl.model.checkpoint.runs import resolve_checkpoint, saved_step
 from arl.model.source import local_folder
 from arl.rollout.evaluation import Rate, load_policy, play, read_positions, score_positions
 from arl.rollout.reference import has_player, play_reference, reference_positions
-from arl.types import SamplingParams
+from arl.types import Outcome, SamplingParams
 
 FRESH_SEED = 10**9  # start states from here on: far from any a run trains on
 PACKAGES = ("torch", "transformers", "ray", "numpy")
@@ -51,6 +51,8 @@ class PageSpec:
     opponents: list[str] = field(default_factory=list)  # full games against these, each seat
     games: int = 100  # per opponent and seat
     max_new_tokens: int = 48
+    outcomes: list[str] = field(default_factory=list)  # outcome kinds: their greedy rates
+    turns: bool = False  # the mean number of turns an episode takes, greedy
 
 
 def read_specs(path: str) -> list[PageSpec]:
@@ -87,9 +89,9 @@ def _policy_rows(spec: PageSpec, cfg: Config) -> list[tuple[str, list[str]]]:
     for player, label in (("random", "uniformly random legal"), ("perfect", "perfect play")):
         if not has_player(env, player):
             continue
-        reward = np.mean([p.reward for p in play_reference(env_cfg, player, spec.episodes,
-                                                           FRESH_SEED)])
-        cells = [f"{reward:+.3f}"] * 2  # a reference player does not sample
+        played = play_reference(env_cfg, player, spec.episodes, FRESH_SEED)
+        cells = [f"{np.mean([p.reward for p in played]):+.3f}"] * 2  # it does not sample
+        cells += _episode_cells(spec, [(p.outcome, p.turns) for p in played])
         cells += [_rate(reference_positions(env_cfg, rows_, player, FRESH_SEED)["accuracy"])
                   for rows_ in files.values()]
         cells += [_reference_games(env_cfg, opponent, seat, player, spec.games)
@@ -102,6 +104,14 @@ def _policy_rows(spec: PageSpec, cfg: Config) -> list[tuple[str, list[str]]]:
     for label, path in policies:
         rows.append((label, _model_cells(spec, cfg, load_policy(path), files)))
     return rows
+
+
+def _episode_cells(spec: PageSpec, ended: list[tuple[Outcome | None, int]]) -> list[str]:
+    """The rate of each of the page's outcome kinds and, where asked, the mean number of
+    turns, from (outcome, turns) per episode."""
+    cells = [_rate(Rate(sum(o is not None and o.kind == kind for o, _ in ended), len(ended)))
+             for kind in spec.outcomes]
+    return cells + ([f"{np.mean([n for _, n in ended]):.2f}"] if spec.turns else [])
 
 
 def _nonloss(results: list) -> str:
@@ -120,8 +130,9 @@ def _model_cells(spec: PageSpec, cfg: Config, engine, files: dict) -> list[str]:
     greedy = SamplingParams(0.0, 1.0, spec.max_new_tokens, FRESH_SEED)
     sampled = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_p, spec.max_new_tokens,
                              FRESH_SEED)
-    cells = [f"{np.mean([t.reward for t in play(engine, env_cfg, spec.episodes, 1, p)]):+.3f}"
-             for p in (greedy, sampled)]
+    played = [play(engine, env_cfg, spec.episodes, 1, p) for p in (greedy, sampled)]
+    cells = [f"{np.mean([t.reward for t in episodes]):+.3f}" for episodes in played]
+    cells += _episode_cells(spec, [(t.outcome, t.num_turns) for t in played[0]])
     cells += [_rate(score_positions(engine, env_cfg, rows, 1, greedy)["accuracy"])
               for rows in files.values()]
     for opponent in spec.opponents:
@@ -134,6 +145,8 @@ def _model_cells(spec: PageSpec, cfg: Config, engine, files: dict) -> list[str]:
 def baselines_table(spec: PageSpec, cfg: Config) -> list[str]:
     heads = [f"reward, greedy ({spec.episodes} fresh start states)",
              f"reward, sampled at T = {cfg.rollout.temperature:g}"]
+    heads += [f"{kind}, greedy" for kind in spec.outcomes]
+    heads += ["turns an episode, greedy"] if spec.turns else []
     heads += [f"{os.path.splitext(os.path.basename(p))[0]} (held out)" for p in spec.positions]
     heads += [f"not lost vs {o} as {seat}" for o in spec.opponents for seat in ("X", "O")]
     out = ["| policy | " + " | ".join(heads) + " |", "|---" * (len(heads) + 1) + "|"]

@@ -19,10 +19,12 @@ from arl.types import Outcome, ToolCall
 
 @dataclass(frozen=True)
 class Played:
-    """One reference episode: its reward (the sum of its turns') and how it ended."""
+    """One reference episode: its reward (the sum of its turns'), how it ended and how many
+    turns it took."""
 
     reward: float
     outcome: Outcome | None
+    turns: int = 0
 
 
 def has_player(spec: EnvSpec, player: str) -> bool:
@@ -51,12 +53,12 @@ def play_reference(env_cfg: EnvConfig, player: str, episodes: int, seed: int) ->
 def _episode(spec: EnvSpec, env: Env, seed: int, player: str, rng: random.Random) -> Played:
     env.reset(seed)
     reward = 0.0
-    for _ in range(spec.max_turns):
+    for turn in range(1, spec.max_turns + 1):
         step = env.step(_call(spec, env, player, rng))
         reward += step.reward
         if step.terminated or step.truncated:
-            return Played(reward, step.outcome)
-    return Played(reward, None)
+            return Played(reward, step.outcome, turn)
+    return Played(reward, None, spec.max_turns)
 
 
 def reference_positions(env_cfg: EnvConfig, rows: list[dict], player: str,
