@@ -27,17 +27,11 @@ def _run(args: list[str], tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
 
 
-def _final_policy(tmp_path: Path, run: str):
-    from arl.model.checkpoint.runs import resolve_checkpoint
-    from arl.rollout.evaluation import load_policy
-
-    return load_policy(resolve_checkpoint(str(tmp_path / run)))
-
-
 @pytest.mark.slow
 def test_guess_number_learns_to_search(tmp_path, monkeypatch):
     from arl.config import load_config
-    from arl.rollout.evaluation import play
+    from arl.model.checkpoint.runs import resolve_checkpoint
+    from arl.rollout.evaluation import load_policy, play
     from arl.types import SamplingParams
 
     _run(["warmstart", "examples/guess_number_warmstart.yaml"], tmp_path)
@@ -49,7 +43,8 @@ def test_guess_number_learns_to_search(tmp_path, monkeypatch):
     assert rows[-1]["turns/nonzero_step_advantage"] > 0  # the per-state baselines taught
     monkeypatch.syspath_prepend(str(ROOT))
     env = load_config([str(tmp_path / "guess_number" / "config.json")], check_paths=False).env
-    episodes = play(_final_policy(tmp_path, "guess_number"), env, 300, 1,
+    policy = load_policy(resolve_checkpoint(str(tmp_path / "guess_number")))
+    episodes = play(policy, env, 300, 1,
                     SamplingParams(0.0, 1.0, 32, 10**9))
     found = np.mean([t.outcome is not None and t.outcome.kind == "found" for t in episodes])
     guesses = np.mean([t.num_turns for t in episodes])
