@@ -1,7 +1,10 @@
 """A Kuhn poker checkpoint's greedy policy, read exactly: the action it takes in every
 information state it meets, beside the best response to OpenSpiel's random bot, and that
 policy's exact value against the bot (no sampling noise), then its mean return over fresh
-hands beside perfect play's on the same hands.
+hands beside perfect play's on the same hands. The `log-odds` column is the model's exact
+log P(pass) / P(bet) in each state (both replies scored whole, the stop token included):
+it shows how far the policy is from changing its mind, and whether it reads the state at
+all (the same value in every state: it does not).
 
     python bench/kuhn_policy.py runs/kuhn_poker [--hands 1000]
 
@@ -17,15 +20,18 @@ import json
 import re
 
 import numpy as np
+import torch
 from open_spiel.python import policy as policy_lib
 from open_spiel.python.algorithms import expected_game_score
 
 from arl.config import load_config
+from arl.env_spec import resolve_env
 from arl.envs.openspiel_env import _best_response, load_game
 from arl.model.checkpoint.runs import resolve_checkpoint
-from arl.rollout.evaluation import load_policy, play
+from arl.rollout.evaluation import _renderer, load_policy, play
 from arl.rollout.reference import play_reference
-from arl.types import SamplingParams
+from arl.tools import format_tool_call
+from arl.types import EnvReset, Message, SamplingParams, ToolCall
 
 FRESH_SEED = 10**9  # as the results pages: far from any seed a run trains on
 INFO = re.compile(r"Your information state: (\S+)")
@@ -45,6 +51,43 @@ def greedy_table(episodes) -> dict[str, int]:
                 table[info] = int(found.group(1)) if found else 0
                 info = None
     return table
+
+
+def state_prompts(env_cfg, seeds: int = 400) -> dict[str, EnvReset]:
+    """One conversation per information state the agent can be asked to move in: the
+    opening ones, and those after its own first pass."""
+    env = resolve_env(env_cfg.name).make(env_cfg)
+    prompts: dict[str, EnvReset] = {}
+    for seed in range(seeds):
+        start = env.reset(seed)
+        prompts.setdefault(INFO.findall(start.messages[-1].content)[-1], start)
+        tool = start.tools[0]
+        passed = ToolCall(tool.name, {env_cfg.tool_arg: 1})
+        step = env.step(passed)
+        if not step.terminated:
+            history = (*start.messages, Message("assistant", format_tool_call(passed)),
+                       *step.messages)
+            info = INFO.findall(step.messages[-1].content)[-1]
+            prompts.setdefault(info, EnvReset(history, start.tools))
+    return prompts
+
+
+def pass_log_odds(engine, env_cfg) -> dict[str, float]:
+    """info state -> log P(pass) - log P(bet) under the policy, each reply scored whole."""
+    renderer = _renderer(engine)
+    odds = {}
+    for info, start in state_prompts(env_cfg).items():
+        prompt = renderer.prompt_ids(start)
+        scores = []
+        for move in (1, 2):
+            reply = [*renderer.encode(format_tool_call(
+                ToolCall(start.tools[0].name, {env_cfg.tool_arg: move}))), renderer.stop_id]
+            with torch.no_grad():
+                logits = engine.model(torch.tensor([prompt + reply])).logits.float()
+            logprobs = torch.log_softmax(logits[0, len(prompt) - 1:-1], dim=-1)
+            scores.append(float(logprobs[torch.arange(len(reply)), reply].sum()))
+        odds[info] = scores[0] - scores[1]
+    return odds
 
 
 def exact_value(game, table: dict[str, int]) -> float:
@@ -73,15 +116,16 @@ def main() -> None:
     checkpoint = resolve_checkpoint(args.run)
     env_cfg = load_config([f"{args.run}/config.json"], check_paths=False).env
     game = load_game(env_cfg.game)
-    episodes = play(load_policy(checkpoint), env_cfg, args.hands, 1,
-                    SamplingParams(0.0, 1.0, 48, FRESH_SEED))
+    engine = load_policy(checkpoint)
+    episodes = play(engine, env_cfg, args.hands, 1, SamplingParams(0.0, 1.0, 48, FRESH_SEED))
+    odds = pass_log_odds(engine, env_cfg)
     table = greedy_table(episodes)
     rows, agree = [], 0
-    for info in sorted(table):
+    for info in sorted(set(table) | set(odds)):  # with the states greedy play never reaches
         seat = 0 if len(info) % 2 else 1  # the card, then the bets: the seat by parity
         best = _best_response(env_cfg.game, seat).best_response_action(info)
-        rows.append((info, seat, table[info], best))
-        agree += table[info] - 1 == best  # Kuhn's legal actions are always pass, bet
+        rows.append((info, seat, table.get(info), best))
+        agree += info in table and table[info] - 1 == best  # legal: always pass, bet
     perfect = play_reference(env_cfg, "perfect", args.hands, FRESH_SEED)
     rewards = np.array([t.reward for t in episodes])
     report = {
@@ -93,9 +137,11 @@ def main() -> None:
         "states_seen": len(table), "states_best_response": agree,
     }
     names = {0: "pass", 1: "bet"}
-    print(f"{'info state':<10} seat  greedy  best response")
+    print(f"{'info state':<10} seat  greedy  best response  log-odds pass:bet")
     for info, seat, index, best in rows:
-        print(f"{info:<10} {seat:>4}  {names.get(index - 1, 'invalid'):>6}  {names[best]:>13}")
+        greedy = "unseen" if index is None else names.get(index - 1, "invalid")
+        print(f"{info:<10} {seat:>4}  {greedy:>6}  {names[best]:>13}"
+              f"  {odds.get(info, float('nan')):>17.2f}")
     print(json.dumps(report))
 
 
