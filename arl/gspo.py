@@ -244,6 +244,47 @@ def decision_tokens(entropy: Tensor, loss_mask: Tensor, k: int) -> Tensor:
     return chosen & mask
 
 
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
+def token_kl(logprobs: Tensor, ref_logprobs: Tensor, estimator: str = "k3") -> Tensor:
+    """Per-token estimates of KL(pi || pi_ref) on tokens sampled from pi (Schulman, "Approximating
+    KL divergence", 2020), with d = log pi_ref - log pi:
+        k1 = -d                     unbiased, can be negative
+        k2 = d^2 / 2                its gradient on samples of pi is KL(pi || pi_ref)'s
+        k3 = exp(d) - d - 1         unbiased, >= 0, low variance (TRL's beta, verl's low_var_kl);
+                                    its gradient on samples of pi is KL(pi_ref || pi)'s, which
+                                    grows without bound as pi drops a reply pi_ref still gives
+                                    mass to: a decision cannot saturate far from the reference
+    logprobs (differentiable), ref_logprobs (detached) [B, T] -> [B, T] in fp32 (fp64 if the
+    inputs are)."""
+    dtype = _compute_dtype(logprobs)
+    d = ref_logprobs.detach().to(dtype) - logprobs.to(dtype)  # [B, T]
+    if estimator == "k1":
+        return -d
+    if estimator == "k2":
+        return 0.5 * d * d
+    if estimator == "k3":
+        # clamped like verl's low_var_kl: exp(d) of a token the policy has all but dropped
+        # would otherwise dominate a whole batch
+        return (torch.exp(d.clamp(max=20.0)) - d - 1.0).clamp(max=10.0)
+    raise ValueError(f"estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
+
+
+def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, loss_mask: Tensor, num_sequences: float,
+               weights: Tensor | None = None, estimator: str = "k3") -> Tensor:
+    """K = (1/N) sum_i w_i (1/|y_i|) sum_t mask_t * kl_i,t (`token_kl`): the reference penalty,
+    averaged per sequence like GSPO's ratio and normalised by the same global N, so that
+    `loss + beta * K` keeps the loss invariant to micro-batch and rank splits (the same
+    shape as `entropy_bonus`). logprobs, ref_logprobs, loss_mask [B, T], weights [B] -> []
+    (differentiable through `logprobs`)."""
+    _check(num_sequences)
+    per_sequence = _masked_mean(token_kl(logprobs, ref_logprobs, estimator), loss_mask)  # [B]
+    if weights is not None:
+        per_sequence = per_sequence * weights.to(per_sequence.dtype)
+    return per_sequence.sum() / num_sequences
+
+
 def behaviour_weights(old_logprobs: Tensor, sampler_logprobs: Tensor, loss_mask: Tensor,
                       cap: float) -> Tensor:
     """Truncated importance weights for a behaviour policy that lags the learner (async

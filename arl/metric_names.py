@@ -69,6 +69,9 @@ GLOSSARY: dict[str, str] = {
     "learner/grad_norm": "gradient norm before clipping, mean over the optimizer steps",
     "learner/lr": "the learning rate of the step's last optimizer step",
     "learner/entropy": "mean entropy of the policy on the sampled tokens",
+    "learner/kl_ref": "learner.loss.kl_coef > 0: mean per-token KL estimate "
+                      "(learner.loss.kl_estimator) of the policy at the step's start from the "
+                      "reference, the model the run started from",
     "learner/skipped_steps": "optimizer steps skipped for a non-finite loss or gradient, "
                              "in the run so far",
     "learner/skipped_in_row": "optimizer steps skipped in a row, up to now "

@@ -49,6 +49,15 @@ class LossConfig:
                               " a tool call's argument), not over the format's near-certain "
                               "ones too; 0: all",
                               check="non_negative")
+    kl_coef: float = opt(0.0, "beta > 0: add beta x KL(policy || reference) to the loss, the "
+                         "reference being the model the run starts from (model.path; with "
+                         "LoRA, the model with its adapters off), estimated on the sampled "
+                         "tokens and averaged per sequence like the ratio (TRL's beta, verl's "
+                         "kl_loss_coef); costs a no-grad pass a step and, without LoRA, a "
+                         "frozen copy of the model", check="non_negative")
+    kl_estimator: str = opt("k3", "the per-token KL estimate: k3 (exp(d) - d - 1, d = log "
+                            "ref - log policy; verl's low_var_kl, clamped at 10), k2 (d^2 / 2) "
+                            "or k1 (-d)", choices=("k1", "k2", "k3"))
 
 
 @dataclass

@@ -105,15 +105,20 @@ def random_advantages(count: int, seed: int) -> np.ndarray:
 
 def learner_cfg(**flat) -> LearnerConfig:
     """A LearnerConfig from the keys' short names (lr, mini_batches, backend, ...: their
-    names before the learner config had sections) and whole sections (lora=LoraConfig())."""
+    names before the learner config had sections, or a section's field name for keys newer
+    than the sections, e.g. kl_coef) and whole sections (lora=LoraConfig())."""
     import dataclasses
 
-    from arl.schema_learner import MOVED_KEYS
+    from arl.schema_learner import LEARNER_SECTIONS, MOVED_KEYS
 
+    newer = {f.name: section for section in LEARNER_SECTIONS
+             for f in dataclasses.fields(getattr(LearnerConfig(), section))}
     sections: dict[str, dict] = {}
     whole = {}
     for name, value in flat.items():
         moved = MOVED_KEYS.get(f"learner.{name}")
+        if moved is None and name in newer and name not in LEARNER_SECTIONS:
+            moved = f"learner.{newer[name]}.{name}"
         if moved is None:
             whole[name] = value
             continue

@@ -135,6 +135,7 @@ def items(cfg: Config, shape: ModelShape, prompt_tokens: int,
         Item(f"learner AdamW moments ({moments[1]})", "model", moments[0],
              "learner.lora.rank (LoRA trains adapters only), or "
              "learner.resources.backend=deepspeed with more learner.resources.num_workers"),
+        *_reference_items(cfg, P, what),
         Item("learner activations", "model", activation_bytes(shape, b, T), micro),
         Item("learner logits", "model", logits_bytes(shape, b, T), micro),
         Item("learner exported weights", "host", 4 * P, "model.path (a smaller model)"),
@@ -143,6 +144,16 @@ def items(cfg: Config, shape: ModelShape, prompt_tokens: int,
         Item("runtime", "host", (2 + workers) * PROCESS_BYTES + RAY_DAEMON_BYTES,
              "rollout.num_workers"),
     ]
+
+
+def _reference_items(cfg: Config, params: int, what: str) -> list[Item]:
+    """The KL penalty's reference policy: a frozen fp32 copy of the model on each learner
+    rank, unless LoRA lends it the trained model with adapters off."""
+    if cfg.learner.loss.kl_coef <= 0 or what == "lora":
+        return []
+    return [Item("learner reference model (fp32, frozen)", "model", 4 * params,
+                 "learner.lora.rank (the reference is then the model with adapters off), "
+                 "or learner.loss.kl_coef=0")]
 
 
 def _rollout_items(cfg: Config, workers: int, weights: int, kv: int,

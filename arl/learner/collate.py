@@ -40,6 +40,8 @@ class Batch:
                       row counts in the loss normaliser; `advantages` are already scaled by it
     old_logprobs      [B, T] float32 under the weights at the start of the learner step; None
                       until the learner fills it in with `with_old_logprobs`
+    ref_logprobs      [B, T] float32 under the reference policy (`learner.loss.kl_coef` > 0);
+                      None otherwise
     """
 
     input_ids: Tensor
@@ -49,6 +51,7 @@ class Batch:
     sampler_logprobs: Tensor
     weights: Tensor
     old_logprobs: Tensor | None = None
+    ref_logprobs: Tensor | None = None
 
     @property
     def size(self) -> int:
@@ -75,6 +78,15 @@ class Batch:
                 f"{tuple(self.input_ids.shape)}"
             )
         return dataclasses.replace(self, old_logprobs=old_logprobs.detach().float())
+
+    def with_ref_logprobs(self, ref_logprobs: Tensor) -> Batch:
+        """A copy carrying the reference policy's `ref_logprobs` [B, T] (float32)."""
+        if ref_logprobs.shape != self.input_ids.shape:
+            raise ValueError(
+                f"ref_logprobs shape {tuple(ref_logprobs.shape)} != batch shape "
+                f"{tuple(self.input_ids.shape)}"
+            )
+        return dataclasses.replace(self, ref_logprobs=ref_logprobs.detach().float())
 
     def select(self, rows: Sequence[int] | Tensor | np.ndarray) -> Batch:
         """The given rows, in the given order, with trailing all-pad columns trimmed.

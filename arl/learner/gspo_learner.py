@@ -19,6 +19,10 @@ With M data-parallel ranks (arl/learner/data_parallel.py), each trains on its sl
 mini-batch and the backend (arl/learner/backend.py: torch, or DeepSpeed ZeRO 1-3) sums gradients
 over the group; the step itself is written for one rank.
 
+With `learner.loss.kl_coef` = beta > 0 the loss gains beta x `gspo.kl_penalty` against the
+reference policy (arl/learner/reference.py: the model the run started from), whose log-probs
+every mini-batch gets in a no-grad pass at the step's start, like old_logprobs.
+
 old_logprobs are recomputed here, by the learner, at the start of the step: in sync mode they
 are the sampling policy's (up to engine numerics, logged as `rollout/sampler_logprob_gap`); in
 async mode they are the learner's current weights, up to `max_staleness` versions ahead of the
@@ -54,8 +58,9 @@ from arl.learner import snapshot
 from arl.learner.backend import make_backend
 from arl.learner.collate import Batch, collate
 from arl.learner.data_parallel import DataParallel
-from arl.learner.mini_batch import Forward, MiniResult, optimizer_step, token_means
+from arl.learner.mini_batch import Forward, MiniResult, optimizer_step, reference_kl, token_means
 from arl.learner.optim import lr_factor
+from arl.learner.reference import Reference
 from arl.model.causal_lm import compute_dtype_on, load_model, set_torch_threads
 from arl.model.checkpoint.store import LearnerState
 from arl.model.lora import apply_lora
@@ -100,6 +105,9 @@ class GSPOLearner:
         self.compute_dtype = compute_dtype_on(compute.dtype, self.device)
         self.forward = Forward(self.backend, self.device, compute.micro_batch_size,
                                self.compute_dtype, compute.share_prefix)
+        # the KL penalty's anchor: the model at model_path (also after a resume)
+        self.reference = (Reference(self.model, model_path, self.forward)
+                          if cfg.loss.kl_coef > 0 else None)
 
     @property
     def version(self) -> int:
@@ -134,7 +142,7 @@ class GSPOLearner:
         if not trajectories:  # every group was masked: nothing to learn from, time moves on
             self.counters["version"] += 1
             return {**_metrics([], [], [], lr, self.counters["skipped_in_row"], (0.0, 0.0)),
-                    "learner/entropy": math.nan}
+                    "learner/entropy": math.nan, **self._kl_metric(math.nan)}
         self.backend.set_lr(lr)
         batch = collate(trajectories, advantages, self.pad_id)
         self.forward.filler = batch.select(np.array([0]))  # see Forward.fill
@@ -159,7 +167,13 @@ class GSPOLearner:
                                             self._entropy_sum, self.dp)
         metrics = _metrics(results, outputs, lengths, lr, self.counters["skipped_in_row"],
                            (gap, gap_max))
-        return {**metrics, "learner/entropy": entropy}
+        kl = (reference_kl([m for m, _, _ in measured if m is not None],
+                           self.cfg.loss.kl_estimator, self.dp) if self.reference else 0.0)
+        return {**metrics, "learner/entropy": entropy, **self._kl_metric(kl)}
+
+    def _kl_metric(self, value: float) -> dict[str, float]:
+        """`learner/kl_ref` where the KL penalty is on, nothing otherwise."""
+        return {"learner/kl_ref": value} if self.reference is not None else {}
 
     def _mini_batches(self, batch: Batch, temperature: float) -> list[tuple]:
         """Shuffle (seeded by seed and version), split into mini-batches, attach old_logprobs.
@@ -181,6 +195,9 @@ class GSPOLearner:
                 rows = np.sort(rows)
             mine = self.dp.share(rows)
             mini = batch.select(mine) if len(mine) else None
+            if self.reference is not None:  # before any update, like old_logprobs
+                ref = self.reference.logprobs(mini, temperature, self.dp.passes(len(rows)))
+                mini = mini.with_ref_logprobs(ref) if mini is not None else None
             if i > 0 or self.cfg.loss.behaviour_is_cap > 0:
                 mini = self._anchored(mini, len(rows), temperature)
             out.append((mini, len(rows), float(batch.weights[rows].sum())))

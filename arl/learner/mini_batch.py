@@ -111,6 +111,10 @@ def optimizer_step(forward: Forward, dp: DataParallel, cfg: LearnerConfig, loss_
             total = total - loss_cfg.entropy_coef * gspo.entropy_bonus(
                 entropy, micro.loss_mask.to(dev), norm, micro.weights.to(dev),
                 top_k=loss_cfg.entropy_tokens)
+        if loss_cfg.kl_coef > 0:  # the pull toward the reference, with the same normaliser
+            total = total + loss_cfg.kl_coef * gspo.kl_penalty(
+                logprobs, micro.ref_logprobs.to(dev), micro.loss_mask.to(dev), norm,
+                micro.weights.to(dev), loss_cfg.kl_estimator)
         backend.backward(total)
         loss += total.item()
         outputs.append(gspo.LossOutput(out.loss.detach().cpu(), out.ratio.cpu(),
@@ -134,6 +138,20 @@ def stack_columns(pieces: list[torch.Tensor], shape: torch.Size) -> torch.Tensor
         out[start : start + piece.shape[0], : piece.shape[1]] = piece
         start += piece.shape[0]
     return out
+
+
+def reference_kl(minis: list[Batch], estimator: str, dp: DataParallel) -> float:
+    """The mean per-token KL estimate of the policy at the step's start from the reference
+    (`gspo.token_kl` of old_logprobs against ref_logprobs) over the loss-mask tokens of the
+    minis that carry both; 0.0 where there are none."""
+    total, count = 0.0, 0.0
+    for m in minis:
+        if m.old_logprobs is not None and m.ref_logprobs is not None:
+            total += float((gspo.token_kl(m.old_logprobs, m.ref_logprobs, estimator)
+                            * m.loss_mask).sum())
+            count += float(m.loss_mask.sum())
+    total, count = dp.sum([total, count])
+    return total / count if count > 0 else 0.0
 
 
 def token_means(minis: list[Batch], entropy_sum: float, dp: DataParallel

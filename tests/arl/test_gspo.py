@@ -419,3 +419,64 @@ def test_negative_odds_weighting_keeps_a_settled_replys_gradient():
     assert logit_grad(0.999, 1000.0) == pytest.approx(0.999, rel=1e-3)  # unlikelihood's p
     assert logit_grad(0.999, 10.0) == pytest.approx(10 * 0.001, rel=1e-2)  # capped: 10 x
     assert logit_grad(0.3, 1000.0) == pytest.approx(0.7, rel=1e-3)  # odds < 1: plain gradient
+
+
+# ---------------------------------------------------------------- the reference KL penalty
+
+
+def test_token_kl_estimators_by_hand():
+    from arl.gspo import token_kl
+
+    logprobs = torch.log(torch.tensor([[0.5, 0.25]]))
+    ref = torch.log(torch.tensor([[0.25, 0.5]]))
+    d = torch.tensor([[-math.log(2.0), math.log(2.0)]])  # log ref - log policy
+    torch.testing.assert_close(token_kl(logprobs, ref, "k1"), -d)
+    torch.testing.assert_close(token_kl(logprobs, ref, "k2"), d * d / 2)
+    torch.testing.assert_close(token_kl(logprobs, ref, "k3"), torch.exp(d) - d - 1)
+    assert (token_kl(logprobs, ref, "k3") > 0).all()
+    assert token_kl(ref, ref, "k3").abs().max().item() == 0.0  # the policy is the reference
+    with pytest.raises(ValueError, match="estimator"):
+        token_kl(logprobs, ref, "k4")
+
+
+def test_token_kl_k3_is_clamped_where_the_policy_dropped_a_token():
+    from arl.gspo import token_kl
+
+    logprobs = torch.tensor([[-30.0]])  # the policy all but dropped a token the reference likes
+    assert token_kl(logprobs, torch.tensor([[-0.7]]), "k3").item() == 10.0
+
+
+def test_kl_penalty_pulls_each_sampled_token_toward_the_reference():
+    """k3's gradient in log pi is 1 - ref/pi: minimising the loss lowers a token the policy
+    likes more than the reference does, raises one it likes less, and leaves one alone where
+    they agree. Per sequence a mean over mask tokens, over the global N like the loss."""
+    from arl.gspo import kl_penalty
+
+    logprobs = torch.log(torch.tensor([[0.9, 0.5, 0.1, 0.3]])).requires_grad_(True)
+    ref = torch.log(torch.tensor([[0.5, 0.5, 0.5, 0.3]]))
+    mask = torch.tensor([[1, 1, 1, 0]])
+    penalty = kl_penalty(logprobs, ref, mask, num_sequences=2.0)
+    d = (ref - logprobs.detach())[0, :3]
+    assert penalty.item() == pytest.approx(float((torch.exp(d) - d - 1).mean() / 2), rel=1e-6)
+    penalty.backward()
+    grad = logprobs.grad[0]
+    assert grad[0] > 0 and grad[1].item() == 0.0 and grad[2] < 0 and grad[3].item() == 0.0
+    expected = (1 - torch.exp(d)) / 3 / 2  # d(k3)/d(log pi), 1/|y|, 1/N
+    torch.testing.assert_close(grad[:3], expected.float(), rtol=1e-5, atol=1e-7)
+
+
+def test_kl_penalty_is_split_invariant_and_weighs_rows_as_the_loss_does():
+    from arl.gspo import kl_penalty
+
+    gen = torch.Generator().manual_seed(0)
+    logprobs = -torch.rand(3, 5, generator=gen) * 3
+    ref = -torch.rand(3, 5, generator=gen) * 3
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [0, 1, 1, 1, 1]])
+    weights = torch.tensor([0.5, 0.5, 1.0])
+    whole = kl_penalty(logprobs, ref, mask, 2.0, weights, "k2")
+    parts = sum(kl_penalty(logprobs[i:i + 1], ref[i:i + 1], mask[i:i + 1], 2.0,
+                           weights[i:i + 1], "k2") for i in range(3))
+    assert parts.item() == pytest.approx(whole.item(), rel=1e-6)
+    per_row = [((ref - logprobs) ** 2 / 2)[i][mask[i].bool()].mean() for i in range(3)]
+    expected = (per_row[0] * 0.5 + per_row[1] * 0.5 + per_row[2]) / 2
+    assert whole.item() == pytest.approx(expected.item(), rel=1e-6)
