@@ -77,7 +77,8 @@ docs-pages: venv-base
 
 # The results pages (docs/results/) from the runs docs/results.yaml names (make demo, make games,
 # ...): each run's curve beside random, perfect and warm-start baselines, held-out positions
-# and games. A page whose run is missing is skipped, naming the command that makes it.
+# and games. A page whose run is missing is skipped, naming the command that makes it; one
+# page alone: python -m arl.app.results docs/results.yaml --page NAME.
 results: venv-base
 	$(VENV)/bin/python -m arl.app.results docs/results.yaml
 

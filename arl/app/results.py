@@ -11,6 +11,7 @@ the machine, the package versions and the date.
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import platform
@@ -238,12 +239,26 @@ def write_index(specs: list[PageSpec], folder: str, results_file: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    results_file = argv[0] if argv else "docs/results.yaml"
-    folder = argv[1] if len(argv) > 1 else os.path.join(os.path.dirname(results_file),
-                                                          "results")
+    parser = argparse.ArgumentParser(
+        prog="python -m arl.app.results",
+        description="Write docs/results/<page>.md for each page whose run directory exists.")
+    parser.add_argument("results_file", nargs="?", default="docs/results.yaml")
+    parser.add_argument("folder", nargs="?", help="default: results/ beside results_file")
+    parser.add_argument("--page", action="append", default=[],
+                        help="only this page (repeatable); default: every page")
+    args = parser.parse_args(argv)
+    results_file = args.results_file
+    folder = args.folder or os.path.join(os.path.dirname(results_file), "results")
+    if not os.path.isfile(results_file):
+        parser.error(f"{results_file}: no such file")  # one line, exit 2
     os.makedirs(folder, exist_ok=True)
     specs = read_specs(results_file)
+    unknown = sorted(set(args.page) - {s.page for s in specs})
+    if unknown:
+        parser.error(f"--page {', '.join(unknown)}: not a page of {results_file}")
     for spec in specs:
+        if args.page and spec.page not in args.page:
+            continue
         if not os.path.isfile(os.path.join(spec.run, "metrics.jsonl")):
             print(f"{spec.page}: no run at {spec.run}; `{spec.command}` makes it", flush=True)
             continue

@@ -91,6 +91,24 @@ def test_a_results_page_is_generated_from_the_run(demo_run, warm_model_dir, tmp_
     assert "[Two steps](demo.md)" in (tmp_path / "out" / "index.md").read_text()
 
 
+def test_the_results_command_writes_only_the_pages_asked_and_refuses_bad_ones(tmp_path,
+                                                                              capsys):
+    from arl.app.results import main
+
+    spec = tmp_path / "results.yaml"
+    pages = [{"page": name, "title": name, "command": "arl train ...",
+              "run": str(tmp_path / "missing" / name)} for name in ("one", "two")]
+    spec.write_text(yaml.safe_dump({"pages": pages}))
+    assert main([str(spec), str(tmp_path / "out"), "--page", "two"]) == 0
+    said = capsys.readouterr().out
+    assert "two: no run at" in said and "one:" not in said
+    for argv in ([str(tmp_path / "nope.yaml")], [str(spec), "--page", "three"]):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        assert stop.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1].count("error:") == 1
+
+
 def test_no_file_cites_a_document_that_is_not_in_the_repository():
     cited = re.compile(r"\b((?:docs/)?[A-Za-z_./-]*[A-Z_a-z]\.md)\b")
     missing = []
