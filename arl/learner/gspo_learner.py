@@ -105,8 +105,7 @@ class GSPOLearner:
         self.compute_dtype = compute_dtype_on(compute.dtype, self.device)
         self.forward = Forward(self.backend, self.device, compute.micro_batch_size,
                                self.compute_dtype, compute.share_prefix)
-        # the KL penalty's anchor: the model at model_path (also after a resume)
-        self.reference = (Reference(self.model, model_path, self.forward)
+        self.reference = (Reference(self.model, model_path, self.forward)  # also on resume
                           if cfg.loss.kl_coef > 0 else None)
 
     @property
@@ -142,7 +141,7 @@ class GSPOLearner:
         if not trajectories:  # every group was masked: nothing to learn from, time moves on
             self.counters["version"] += 1
             return {**_metrics([], [], [], lr, self.counters["skipped_in_row"], (0.0, 0.0)),
-                    "learner/entropy": math.nan, **self._kl_metric(math.nan)}
+                    "learner/entropy": math.nan, **_kl_metrics(self.reference, None)}
         self.backend.set_lr(lr)
         batch = collate(trajectories, advantages, self.pad_id)
         self.forward.filler = batch.select(np.array([0]))  # see Forward.fill
@@ -157,23 +156,15 @@ class GSPOLearner:
         outputs, lengths = self.dp.gathered([o for r in results for o in r.outputs],
                                             [n for r in results for n in r.lengths])
         self.counters["version"] += 1
-        for r in results:
-            self.counters["skipped_steps"] += not r.applied
-            self.counters["skipped_in_row"] = 0 if r.applied else self.counters[
-                "skipped_in_row"] + 1
+        _count_skips(self.counters, results)
         # the gap and the entropy are measured where the learner ran a pass of its own
         measured = minis if self.cfg.loss.old_logprobs == "learner" else minis[:1]
-        gap, gap_max, entropy = token_means([m for m, _, _ in measured if m is not None],
-                                            self._entropy_sum, self.dp)
+        measured = [m for m, _, _ in measured if m is not None]
+        gap, gap_max, entropy = token_means(measured, self._entropy_sum, self.dp)
         metrics = _metrics(results, outputs, lengths, lr, self.counters["skipped_in_row"],
                            (gap, gap_max))
-        kl = (reference_kl([m for m, _, _ in measured if m is not None],
-                           self.cfg.loss.kl_estimator, self.dp) if self.reference else 0.0)
-        return {**metrics, "learner/entropy": entropy, **self._kl_metric(kl)}
-
-    def _kl_metric(self, value: float) -> dict[str, float]:
-        """`learner/kl_ref` where the KL penalty is on, nothing otherwise."""
-        return {"learner/kl_ref": value} if self.reference is not None else {}
+        return {**metrics, "learner/entropy": entropy,
+                **_kl_metrics(self.reference, measured, self.cfg.loss.kl_estimator, self.dp)}
 
     def _mini_batches(self, batch: Batch, temperature: float) -> list[tuple]:
         """Shuffle (seeded by seed and version), split into mini-batches, attach old_logprobs.
@@ -196,8 +187,7 @@ class GSPOLearner:
             mine = self.dp.share(rows)
             mini = batch.select(mine) if len(mine) else None
             if self.reference is not None:  # before any update, like old_logprobs
-                ref = self.reference.logprobs(mini, temperature, self.dp.passes(len(rows)))
-                mini = mini.with_ref_logprobs(ref) if mini is not None else None
+                mini = self.reference.attach(mini, temperature, self.dp.passes(len(rows)))
             if i > 0 or self.cfg.loss.behaviour_is_cap > 0:
                 mini = self._anchored(mini, len(rows), temperature)
             out.append((mini, len(rows), float(batch.weights[rows].sum())))
@@ -274,6 +264,22 @@ def _metrics(results: list[MiniResult], outputs: list[gspo.LossOutput],
             "rollout/sampler_logprob_gap": gap[0],
             "rollout/sampler_logprob_gap_max": gap[1],
             "perf/train_tokens": float(sum(r.tokens for r in results))}
+
+
+def _count_skips(counters: dict[str, int], results: list[MiniResult]) -> None:
+    """Add a step's skipped optimizer steps to `counters` (in total, and in a row)."""
+    for r in results:
+        counters["skipped_steps"] += not r.applied
+        counters["skipped_in_row"] = 0 if r.applied else counters["skipped_in_row"] + 1
+
+
+def _kl_metrics(reference: Reference | None, minis: list[Batch] | None, estimator: str = "k3",
+                dp: DataParallel | None = None) -> dict[str, float]:
+    """`learner/kl_ref` over `minis` (NaN for an empty batch, None) where the KL penalty is
+    on; nothing otherwise."""
+    if reference is None:
+        return {}
+    return {"learner/kl_ref": math.nan if minis is None else reference_kl(minis, estimator, dp)}
 
 
 def _require_no_dropout(model: torch.nn.Module) -> None:

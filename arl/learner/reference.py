@@ -60,3 +60,8 @@ class Reference:
             if self.lora:  # the trained module's passes: keep ranks in step (uniform_passes)
                 self.forward.fill(max(0, passes - len(micros)), temperature, backward=False)
         return out
+
+    def attach(self, mini: Batch | None, temperature: float, passes: int) -> Batch | None:
+        """`mini` carrying its reference log-probs (`logprobs`); None stays None."""
+        ref = self.logprobs(mini, temperature, passes)
+        return mini.with_ref_logprobs(ref) if mini is not None else None
