@@ -72,21 +72,17 @@ class Batch:
 
     def with_old_logprobs(self, old_logprobs: Tensor) -> Batch:
         """A copy carrying `old_logprobs` [B, T] (detached, float32)."""
-        if old_logprobs.shape != self.input_ids.shape:
-            raise ValueError(
-                f"old_logprobs shape {tuple(old_logprobs.shape)} != batch shape "
-                f"{tuple(self.input_ids.shape)}"
-            )
-        return dataclasses.replace(self, old_logprobs=old_logprobs.detach().float())
+        return self._with_logprobs("old_logprobs", old_logprobs)
 
     def with_ref_logprobs(self, ref_logprobs: Tensor) -> Batch:
-        """A copy carrying the reference policy's `ref_logprobs` [B, T] (float32)."""
-        if ref_logprobs.shape != self.input_ids.shape:
-            raise ValueError(
-                f"ref_logprobs shape {tuple(ref_logprobs.shape)} != batch shape "
-                f"{tuple(self.input_ids.shape)}"
-            )
-        return dataclasses.replace(self, ref_logprobs=ref_logprobs.detach().float())
+        """A copy carrying the reference policy's `ref_logprobs` [B, T] (detached, float32)."""
+        return self._with_logprobs("ref_logprobs", ref_logprobs)
+
+    def _with_logprobs(self, name: str, logprobs: Tensor) -> Batch:
+        if logprobs.shape != self.input_ids.shape:
+            raise ValueError(f"{name} shape {tuple(logprobs.shape)} != batch shape "
+                             f"{tuple(self.input_ids.shape)}")
+        return dataclasses.replace(self, **{name: logprobs.detach().float()})
 
     def select(self, rows: Sequence[int] | Tensor | np.ndarray) -> Batch:
         """The given rows, in the given order, with trailing all-pad columns trimmed.
