@@ -65,13 +65,14 @@ def cluster_env(tmp_path, warm_model_dir):
 
 
 def _run_block(marker: str, env: dict) -> str:
-    """Run every line of the README block (a fresh head's job agent may need a while:
-    "No available agent" is retried for up to 3 minutes); return the job's logs."""
+    """Run every line of the README block (a fresh head's job agent may need a while on a
+    busy machine: "No available agent" is retried for up to 5 minutes); return the job's
+    logs."""
     logs = ""
     for line in readme_block(marker):
         if line.startswith("ray stop"):
             continue  # the fixture stops only this test's cluster
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 300
         while True:
             out = _sh(line, env)
             text = out.stdout + out.stderr
