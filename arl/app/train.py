@@ -27,6 +27,7 @@ from arl.app.step_metrics import StepDone, step_metrics
 from arl.app.stop import StopOnSignal, Stopped
 from arl.config import Config, ConfigError, require_extras
 from arl.credit import turn_advantages
+from arl.dtypes import cpu_has_native_bf16
 from arl.env_spec import resolve_env
 from arl.errors import LearnerLost
 from arl.gspo import group_advantages, informative_groups
@@ -62,6 +63,8 @@ def train(cfg: Config, host: Host | None = None) -> Metrics:
     # The first line of a run's (or a Ray job's) log says where its outputs go.
     print(f"arl train: run directory {run_dir(cfg)}", flush=True)
     print(f"arl train: {reproducibility(cfg)}", flush=True)
+    for line in emulated_bf16(cfg):
+        print(f"arl train: warning: {line}", flush=True)
     require_extras(cfg)  # before Ray starts: a missing extra is a config error
     with RunLock(run_dir(cfg)):  # one writer per run directory, before anything is written
         return _train(cfg, host)
@@ -80,6 +83,21 @@ def reproducibility(cfg: Config) -> str:
                 f"version k - {cfg.max_staleness}); {same}")
     return ("not reproducible: async batches take the chunks that finish first "
             "(deterministic=true makes them reproducible)")
+
+
+def emulated_bf16(cfg: Config) -> list[str]:
+    """One line per dtype key that forces bfloat16 on a CPU part of the run where this
+    machine's CPU has no bf16 instructions (torch then emulates it, about ten times slower)."""
+    if cpu_has_native_bf16():
+        return []
+    keys = []
+    if cfg.model.dtype == "bfloat16" and not (cfg.rollout.engine == "vllm"
+                                              and cfg.rollout.gpus_per_worker > 0):
+        keys.append("model.dtype")
+    if cfg.learner.compute.dtype == "bfloat16" and cfg.learner.resources.gpus == 0:
+        keys.append("learner.compute.dtype")
+    return [f"{key}=bfloat16 on a CPU without bf16 instructions: torch emulates it, about "
+            f"ten times slower than float32 (auto picks float32 here)" for key in keys]
 
 
 def _train(cfg: Config, host: Host | None) -> Metrics:

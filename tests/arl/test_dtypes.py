@@ -35,3 +35,24 @@ def test_bf16_flags_mean_native_bf16_unless_onednn_is_capped_below_them(cpuinfo,
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
     monkeypatch.setenv("DNNL_MAX_CPU_ISA", "avx2")  # the old name, any case
     assert not dtypes.cpu_has_native_bf16(amx)
+
+
+def test_no_shipped_config_forces_emulated_bf16_on_a_cpu(monkeypatch):
+    """On a CPU without bf16 instructions a forced bfloat16 trains ~10x slower: every config
+    arl ships says `auto` where it runs on a CPU, and `arl train` warns about one that does not."""
+    import glob
+
+    from arl.app.train import emulated_bf16
+    from arl.config import load_config
+
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # no bf16 kernels on any x86 CPU
+    dtypes.cpu_has_native_bf16.cache_clear()
+    try:
+        for path in sorted(glob.glob("configs/*.yaml")):
+            assert emulated_bf16(load_config([path], check_paths=False)) == [], path
+        forced = load_config(["configs/tictactoe_move.yaml"], ["model.dtype=bfloat16",
+                             "learner.compute.dtype=bfloat16"], check_paths=False)
+        lines = emulated_bf16(forced)
+        assert [line.split("=")[0] for line in lines] == ["model.dtype", "learner.compute.dtype"]
+    finally:
+        dtypes.cpu_has_native_bf16.cache_clear()
