@@ -49,14 +49,17 @@ def returns_to_go(rewards: Sequence[float], gamma: float) -> np.ndarray:
     return out
 
 
-def _normalised(values: np.ndarray, eps: float) -> np.ndarray:
-    """(v - mean) / (std + eps), exact zeros when all values are equal (population std)."""
+def _normalised(values: np.ndarray, eps: float, scale: str = "std") -> np.ndarray:
+    """(v - mean) / (std + eps) (scale "std"; population std) or v - mean (scale "none"),
+    exact zeros when all values are equal."""
     if len(values) < 2 or np.all(values == values[0]):
         return np.zeros_like(values)
-    return (values - values.mean()) / (values.std() + eps)
+    centred = values - values.mean()
+    return centred / (values.std() + eps) if scale == "std" else centred
 
 
 SCOPES = ("group", "batch", "all")
+ADVANTAGE_SCALES = ("std", "none")  # learner.advantage.scale
 
 
 def _same_state_turns(turn_states: Sequence[Sequence[str | None]], group_size: int,
@@ -81,19 +84,20 @@ def _same_state_turns(turn_states: Sequence[Sequence[str | None]], group_size: i
 def turn_advantages(turn_rewards: Sequence[Sequence[float]],
                     turn_states: Sequence[Sequence[str | None]], group_size: int,
                     step_weight: float, eps: float, gamma: float = 1.0,
-                    scope: str = "group") -> list[np.ndarray]:
+                    scope: str = "group", scale: str = "std") -> list[np.ndarray]:
     """A_i,t (module docstring) for every episode i of a batch whose groups are consecutive,
     `group_size` episodes each; one float32 array of turn advantages per episode. A turn
-    without a state name (None) gets only the episode advantage."""
+    without a state name (None) gets only the episode advantage. scale "none" leaves out
+    both divisions by a std (arl.gspo.group_advantages says why)."""
     if len(turn_rewards) % group_size or len(turn_states) != len(turn_rewards):
         raise ValueError("episodes must come in whole groups, with a state list each")
     returns = [returns_to_go(r, gamma) for r in turn_rewards]
     totals = np.array([float(np.sum(r)) for r in turn_rewards])
-    episode = [_normalised(totals[g:g + group_size], eps)
+    episode = [_normalised(totals[g:g + group_size], eps, scale)
                for g in range(0, len(totals), group_size)]
     step = [np.zeros(len(r)) for r in returns]
     for turns in _same_state_turns(turn_states, group_size, scope):
-        values = _normalised(np.array([returns[i][t] for i, t in turns]), eps)
+        values = _normalised(np.array([returns[i][t] for i, t in turns]), eps, scale)
         for (i, t), v in zip(turns, values, strict=True):
             step[i][t] = v
     return [(episode[i // group_size][i % group_size] + step_weight * step[i]).astype(np.float32)

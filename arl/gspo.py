@@ -31,6 +31,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from arl.credit import ADVANTAGE_SCALES
 from arl.schema import LOSS_NAMES
 from arl.types import Histogram
 
@@ -42,16 +43,26 @@ class LossOutput(NamedTuple):
     clipped_high: Tensor  # [B] float32 detached, see module docstring
 
 
-def group_advantages(rewards: Tensor, eps: float = 1e-6) -> Tensor:
-    """A = (r - mean) / (std + eps) within each group. rewards [N, G] -> [N, G].
+def group_advantages(rewards: Tensor, eps: float = 1e-6, scale: str = "std") -> Tensor:
+    """A = (r - mean) / (std + eps) within each group (scale "std", GRPO's and GSPO's), or
+    A = r - mean (scale "none", Dr. GRPO's). rewards [N, G] -> [N, G].
 
     std is the population std (unbiased=False): the group is the whole sample we normalise, and
     G=1 then gives std 0 instead of NaN. A group whose rewards are all equal gets exact zeros.
+    Dividing by each group's std gives every group the same weight whatever its stakes: where
+    a group's members share the env's random numbers (a deal, an opponent's seed), a group in
+    which one action wins by 2 and one in which it loses by 1 cancel exactly, and the action
+    that is better in expectation gets no gradient. Scale "none" keeps the stakes.
     """
+    if scale not in ADVANTAGE_SCALES:
+        raise ValueError(f"scale must be one of {ADVANTAGE_SCALES}, not {scale!r}")
     r = rewards if rewards.is_floating_point() else rewards.float()  # [N, G]
     mean = r.mean(dim=-1, keepdim=True)  # [N, 1]
-    std = r.std(dim=-1, unbiased=False, keepdim=True)  # [N, 1]
-    adv = (r - mean) / (std + eps)  # [N, G]
+    if scale == "std":
+        std = r.std(dim=-1, unbiased=False, keepdim=True)  # [N, 1]
+        adv = (r - mean) / (std + eps)  # [N, G]
+    else:
+        adv = r - mean  # [N, G]
     all_equal = (r == r[:, :1]).all(dim=-1, keepdim=True)  # [N, 1]; rounding-proof zero test
     return torch.where(all_equal, torch.zeros_like(adv), adv)
 

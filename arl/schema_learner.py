@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from arl.credit import ADVANTAGE_SCALES
 from arl.credit import SCOPES as STEP_GROUP_SCOPES
 from arl.dtypes import DTYPES
 from arl.schema_fields import opt, section
@@ -68,6 +69,11 @@ class AdvantageConfig:
                      "model turn from per-turn rewards and step-level groups (arl/credit.py;"
                      " needs learner.loss.name gspo_token or grpo)",
                      choices=("episode", "turn"))
+    scale: str = opt("std", "std: divide by the group's std (GRPO, GSPO); none: only subtract "
+                     "the group mean (Dr. GRPO), so a group with more at stake weighs more: "
+                     "where a group shares the env's random numbers (a deal, a bot's seed), "
+                     "std scaling can cancel the better action's gradient",
+                     choices=ADVANTAGE_SCALES)
     eps: float = opt(1e-6, "added to the group std", check="positive")
     step_weight: float = opt(1.0, "level=turn: weight of the step-level term",
                              check="non_negative")

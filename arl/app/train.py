@@ -290,13 +290,13 @@ def _advantages(cfg: Config, summaries: list[EpisodeSummary]) -> tuple[np.ndarra
         per_turn = turn_advantages([[t.reward for t in s.turns] for s in summaries],
                                    [[t.state for t in s.turns] for s in summaries], size,
                                    adv.step_weight, adv.eps, adv.turn_discount,
-                                   adv.step_group_scope)
+                                   adv.step_group_scope, adv.scale)
         out = np.empty(len(per_turn), dtype=object)
         for i, adv in enumerate(per_turn):
             out[i] = adv * 0.0 if not keep[i // size] else adv
         return out, np.repeat(keep, size)
     rewards = torch.tensor([s.reward for s in summaries], dtype=torch.float32).view(-1, size)
-    advantages = group_advantages(rewards, adv.eps)
+    advantages = group_advantages(rewards, adv.eps, adv.scale)
     advantages[~torch.from_numpy(keep)] = 0.0
     return advantages.flatten().numpy(), np.repeat(keep, size)
 

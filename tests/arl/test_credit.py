@@ -107,3 +107,12 @@ def test_all_scope_gives_every_turn_one_baseline_whatever_its_state():
     assert mixed[0][0] == pytest.approx(-1.0 - 1.0) and mixed[1][1] == pytest.approx(1.0)
     # the metric of recurring states reads "all" as "batch"
     assert shared_turn_share([("a", "b"), ("a",)], 2, "all") == pytest.approx(2 / 3)
+
+
+def test_scale_none_centres_both_terms_without_dividing():
+    rewards = [[1.0, 0.0], [0.0, 2.0], [3.0], [0.0]]  # two groups of two
+    states = [["a", "b"], ["a", "c"], ["a"], ["a"]]
+    got = turn_advantages(rewards, states, 2, 1.0, 1e-6, 1.0, "group", "none")
+    # group 1: totals 1, 2 -> -0.5, +0.5; state a: returns 1, 2 -> -0.5, +0.5
+    # group 2: totals 3, 0 -> +1.5, -1.5; state a: returns 3, 0 -> +1.5, -1.5
+    assert [a.tolist() for a in got] == [[-1.0, -0.5], [1.0, 0.5], [3.0], [-3.0]]

@@ -40,6 +40,23 @@ def test_group_advantages_equal_groups_are_exact_zeros():
     assert torch.equal(single, torch.zeros(2, 1))
 
 
+def test_std_scaling_cancels_a_better_action_that_scale_none_keeps():
+    """Kuhn poker, the jack facing a check, in groups that share the bot's seed: betting wins 1
+    where the bot's draw folds and loses 2 where it calls, checking loses 1 either way. Betting
+    is better by 0.5 in expectation; divided by each group's std, the two groups cancel."""
+    fold_world = [1.0, 1.0, -1.0, -1.0]  # two bets, two checks
+    call_world = [-2.0, -2.0, -1.0, -1.0]
+    rewards = torch.tensor([fold_world, call_world])  # [2, 4]
+    std = group_advantages(rewards, 1e-6, "std")
+    none = group_advantages(rewards, 1e-6, "none")
+    assert std[:, :2].sum().item() == pytest.approx(0.0, abs=1e-5)
+    assert none.tolist() == [[1.0, 1.0, -1.0, -1.0], [-0.5, -0.5, 0.5, 0.5]]
+    assert none[:, :2].sum().item() == 1.0  # the bets' total advantage: positive
+    assert group_advantages(torch.tensor([[2.0, 2.0]]), scale="none").tolist() == [[0.0, 0.0]]
+    with pytest.raises(ValueError, match="scale"):
+        group_advantages(rewards, scale="max")
+
+
 def test_group_advantages_integer_rewards():
     adv = group_advantages(torch.tensor([[1, -1]]))
     torch.testing.assert_close(adv, torch.tensor([[1.0, -1.0]]) / 1.000001)
