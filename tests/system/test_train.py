@@ -78,7 +78,7 @@ def test_non_finite_steps_in_a_row_save_a_checkpoint_and_stop(tmp_path, warm_mod
     from arl.model.causal_lm import load_model
     from arl.model.checkpoint.store import load_checkpoint
 
-    def nan_advantages(rewards, eps):
+    def nan_advantages(rewards, eps, scale):
         return torch.full_like(rewards, float("nan"))
 
     monkeypatch.setattr(driver, "group_advantages", nan_advantages)
