@@ -91,6 +91,8 @@ def turn_advantages(turn_rewards: Sequence[Sequence[float]],
     both divisions by a std (arl.gspo.group_advantages says why)."""
     if len(turn_rewards) % group_size or len(turn_states) != len(turn_rewards):
         raise ValueError("episodes must come in whole groups, with a state list each")
+    if scale not in ADVANTAGE_SCALES:
+        raise ValueError(f"scale must be one of {ADVANTAGE_SCALES}, not {scale!r}")
     returns = [returns_to_go(r, gamma) for r in turn_rewards]
     totals = np.array([float(np.sum(r)) for r in turn_rewards])
     episode = [_normalised(totals[g:g + group_size], eps, scale)

@@ -91,8 +91,7 @@ def emulated_bf16(cfg: Config) -> list[str]:
     if cpu_has_native_bf16():
         return []
     keys = []
-    if cfg.model.dtype == "bfloat16" and not (cfg.rollout.engine == "vllm"
-                                              and cfg.rollout.gpus_per_worker > 0):
+    if cfg.model.dtype == "bfloat16" and cfg.rollout.gpus_per_worker == 0:
         keys.append("model.dtype")
     if cfg.learner.compute.dtype == "bfloat16" and cfg.learner.resources.gpus == 0:
         keys.append("learner.compute.dtype")
