@@ -7,11 +7,12 @@ Each cell runs in a process of its own, one after another (never two at once), w
 variant's environment: `avx2` caps oneDNN at AVX2 (no AVX-512 and no bf16 kernels, so `auto`
 dtypes resolve to float32), `avx512bf16` at AVX-512 with bf16 but without AMX (the code path of
 a CPU without AMX tiles), `fp32` trains the learner in float32 (the default does its matrix
-products in bf16), `fp32all` samples in float32 too. A capped variant makes its warm start
-under the cap too. A cell warm-starts (once per variant), trains `configs/tictactoe_move.yaml`
-with its seed, then scores the final checkpoint greedily on the held-out positions. `--games
-avx2:0` also runs the full-games config from that cell's checkpoint and plays 400 greedy games
-against eps-minimax(0.3), 200 per seat.
+products in bf16), `fp32all` samples in float32 too, `float32` makes its warm start in float32
+as well (no bf16 arithmetic anywhere, on the machine's own code path). A capped variant makes
+its warm start under the cap too. A cell warm-starts (once per variant), trains
+`configs/tictactoe_move.yaml` with its seed, then scores the final checkpoint greedily on the
+held-out positions. `--games avx2:0` also runs the full-games config from that cell's
+checkpoint and plays 400 greedy games against eps-minimax(0.3), 200 per seat.
 
 Prints one row per cell: the reward over the last 10 steps, held-out win-in-one and
 block-in-one accuracy, and (with games) the illegal-move rate and non-loss rate; a JSON
@@ -30,12 +31,14 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-VARIANTS = {  # name -> (environment, train overrides)
-    "default": ({}, []),
-    "avx2": ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, []),
-    "avx512bf16": ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, []),
-    "fp32": ({}, ["learner.compute.dtype=float32"]),
-    "fp32all": ({}, ["model.dtype=float32", "learner.compute.dtype=float32"]),
+FLOAT32 = ["model.dtype=float32", "learner.compute.dtype=float32"]
+VARIANTS = {  # name -> (environment, train overrides, warm start overrides)
+    "default": ({}, [], []),
+    "avx2": ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, [], []),
+    "avx512bf16": ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, [], []),
+    "fp32": ({}, ["learner.compute.dtype=float32"], []),
+    "fp32all": ({}, FLOAT32, []),
+    "float32": ({}, FLOAT32, ["warmstart.compute_dtype=float32"]),
 }
 POSITIONS = {"win": "configs/positions/win_in_one.jsonl",
              "block": "configs/positions/block_in_one.jsonl"}
@@ -53,14 +56,16 @@ def run_cell(variant: str, seed: int, out: str, games: bool) -> dict:
     """Warm start (once per variant), train, score; in this process's environment."""
     from arl.app.plot import read_metrics
 
-    capped = VARIANTS[variant][0].get("ONEDNN_MAX_CPU_ISA", "default").lower()
-    warm = f"cache:isa-{capped}-warmstart-board"
+    environment, train, warm_overrides = VARIANTS[variant]
+    capped = environment.get("ONEDNN_MAX_CPU_ISA", "default").lower()
+    warm = f"cache:isa-{capped}{'-float32' if warm_overrides else ''}-warmstart-board"
     env = dict(os.environ)
-    _arl("warmstart", "configs/warmstart_board.yaml", f"warmstart.output={warm}", env=env)
+    _arl("warmstart", "configs/warmstart_board.yaml", f"warmstart.output={warm}",
+         *warm_overrides, env=env)
     name = f"{variant}_seed{seed}"
     _arl("train", "configs/tictactoe_move.yaml", f"seed={seed}", f"run_name={name}",
          f"output_dir={out}", f"model.path={warm}", "resume=never", "wandb.mode=disabled",
-         *VARIANTS[variant][1], env=env)
+         *train, env=env)
     run = os.path.join(out, name)
     rows = read_metrics(os.path.join(run, "metrics.jsonl"))
     last = [r["rollout/reward_mean"] for r in rows[-10:]]

@@ -7,7 +7,11 @@ know (the information state where the game has one, else its observation, else t
 and the legal actions, numbered 1..k; the move is one call of a tool with one integer
 argument (`env.tool_name`, `env.tool_arg`: name them as a warm-started model's calls are
 named to reuse its format). Chance nodes are sampled from the episode seed, and every bot is
-seeded from it too: the same seed and the same agent moves give the same game.
+seeded from it too: the same seed and the same agent moves give the same game. With
+`env.opponent_stream: episode` the bot's seed comes from the seed and the episode's index in
+its group instead: a group's hands keep one deal and one seat but meet the bot's random
+choices independently, so comparing them within the group weighs each move by what it earns
+against the bot's whole policy, not against one draw of it.
 
 Bots (`env.opponent`): random (`pyspiel.make_uniform_random_bot`), mcts (OpenSpiel's
 MCTSBot with random rollouts, `env.mcts_simulations`; it searches the true state, so in
@@ -52,6 +56,10 @@ class OpenSpielConfig(EnvConfig):
     reward_invalid: float = opt(-1.0, "a missing, malformed or illegal call (ends the game)")
     tool_name: str = opt("play", "the move tool's name")
     tool_arg: str = opt("action", "its one integer argument: the number of a legal action")
+    opponent_stream: str = opt("group", "the bot's random choices: group (the G games of a "
+                               "group meet one bot seed, so alike play meets alike replies) "
+                               "or episode (a bot seed per game; the deal and the seat stay "
+                               "the group's)", choices=("group", "episode"))
 
 
 def load_game(name: str) -> Any:
@@ -94,8 +102,10 @@ class _AlphaBetaBot:
 class OpenSpielEnv:
     """One OpenSpiel game against a bot; implements `arl.protocols.Env`."""
 
-    def __init__(self, cfg: OpenSpielConfig):
+    def __init__(self, cfg: OpenSpielConfig, variant: int = 0):
+        """`variant`: the episode's index in its group (used with opponent_stream=episode)."""
         self.cfg = cfg
+        self._variant = variant
         self.game = load_game(cfg.game)
         self.title = self.game.get_type().long_name
         size = self.game.num_distinct_actions()
@@ -108,7 +118,10 @@ class OpenSpielEnv:
         self._rng = random.Random(seed)
         drawn = self._rng.choice((0, 1))  # drawn even for a fixed seat: the same stream
         self.agent = drawn if self.cfg.seat == "random" else int(self.cfg.seat)
-        self._bot = _bot(self.game, self.cfg, 1 - self.agent, self._rng.randrange(2**31))
+        bot_seed = self._rng.randrange(2**31)  # drawn in either mode: the deal stays the same
+        if self.cfg.opponent_stream == "episode":
+            bot_seed = random.Random(f"{seed}:{self._variant}").randrange(2**31)
+        self._bot = _bot(self.game, self.cfg, 1 - self.agent, bot_seed)
         self.state = self.game.new_initial_state()
         self._moves: list[int] = []
         self._done = False
@@ -251,7 +264,7 @@ def _legal_calls(env: OpenSpielEnv) -> list[ToolCall]:
 
 SPEC = EnvSpec(
     name="openspiel",
-    factory=lambda cfg, ctx: OpenSpielEnv(cfg),
+    factory=lambda cfg, ctx: OpenSpielEnv(cfg, ctx.variant),
     config=OpenSpielConfig,
     outcomes=OUTCOMES,
     max_turns=200,

@@ -89,3 +89,32 @@ def test_reference_players_score_what_openspiel_computes_exactly():
     assert abs(np.mean(perfect) - 0.458) < 0.08
     with pytest.raises(ValueError, match="random bot"):
         play_reference(dataclasses.replace(env, opponent="mcts"), "perfect", 1, seed=1)
+
+
+def _kuhn_group(stream: str, seed: int) -> list[tuple[int, list[int]]]:
+    """The agent's seat and the whole history (deal first) of a group's 8 hands of Kuhn
+    poker in which the agent always bets or calls."""
+    from arl.env_spec import EnvContext
+
+    spec = resolve_env("openspiel")
+    cfg = _env_cfg("env.game=kuhn_poker", "env.opponent=random", f"env.opponent_stream={stream}")
+    hands = []
+    for variant in range(8):
+        env = spec.make(cfg, EnvContext(variant=variant))
+        env.reset(seed)
+        step = None
+        while step is None or not step.terminated:
+            step = env.step(ToolCall("play", {"action": len(env.state.legal_actions())}))
+        hands.append((env.agent, env.state.history()))
+    return hands
+
+
+def test_opponent_stream_episode_keeps_the_deal_and_draws_the_bot_per_hand():
+    for seed in range(4):  # group: one bot seed, so the same play meets the same replies
+        assert len({(seat, tuple(h)) for seat, h in _kuhn_group("group", seed)}) == 1
+    differ = 0
+    for seed in range(4):
+        hands = _kuhn_group("episode", seed)
+        assert len({(seat, tuple(h[:2])) for seat, h in hands}) == 1  # seat and both cards
+        differ += len({tuple(h) for _, h in hands}) > 1
+    assert differ >= 3  # the bot's replies now vary within a group (all 8 alike: p <= 1/128)
