@@ -1,18 +1,19 @@
-"""The demo on every CPU code path: seeds x {default, ONEDNN_MAX_CPU_ISA=AVX2, fp32 learner}.
+"""The demo on every CPU code path: seeds x {default, ONEDNN_MAX_CPU_ISA=AVX2, bf16}.
 
-    python bench/isa_matrix.py [--seeds 0 1 2] [--variants default avx2 fp32] [--out DIR]
+    python bench/isa_matrix.py [--seeds 0 1 2] [--variants default avx2 bf16] [--out DIR]
                                [--games VARIANT:SEED ...]
 
 Each cell runs in a process of its own, one after another (never two at once), with the
-variant's environment: `avx2` caps oneDNN at AVX2 (no AVX-512 and no bf16 kernels, so `auto`
-dtypes resolve to float32), `avx512bf16` at AVX-512 with bf16 but without AMX (the code path of
-a CPU without AMX tiles), `fp32` trains the learner in float32 (the default does its matrix
-products in bf16), `fp32all` samples in float32 too, `float32` makes its warm start in float32
-as well (no bf16 arithmetic anywhere, on the machine's own code path). A capped variant makes
-its warm start under the cap too. A cell warm-starts (once per variant), trains
-`configs/tictactoe_move.yaml` with its seed, then scores the final checkpoint greedily on the
-held-out positions. `--games avx2:0` also runs the full-games config from that cell's
-checkpoint and plays 400 greedy games against eps-minimax(0.3), 200 per seat.
+variant's environment. `default` runs the configs as shipped: float32 throughout, warm start
+included. `avx2` caps oneDNN at AVX2 (no AVX-512 kernels). `bf16` does the matrix products in
+bf16 where the CPU has bf16 instructions (`auto` dtypes: what the demo did before it chose
+float32), warm start included; `bf16_fp32learner` keeps the learner in float32;
+`avx512bf16` is `bf16` capped at AVX-512 with bf16 but without AMX (the code path of a CPU
+without AMX tiles). A capped variant makes its warm start under the cap too. A cell
+warm-starts (once per variant), trains `configs/tictactoe_move.yaml` with its seed, then
+scores the final checkpoint greedily on the held-out positions. `--games avx2:0` also runs
+the full-games config from that cell's checkpoint and plays 400 greedy games against
+eps-minimax(0.3), 200 per seat.
 
 Prints one row per cell: the reward over the last 10 steps, held-out win-in-one and
 block-in-one accuracy, and (with games) the illegal-move rate and non-loss rate; a JSON
@@ -31,14 +32,14 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-FLOAT32 = ["model.dtype=float32", "learner.compute.dtype=float32"]
+BF16 = ["model.dtype=auto", "learner.compute.dtype=auto"]  # bf16 where the CPU has it
+BF16_WARM = ["warmstart.compute_dtype=auto"]
 VARIANTS = {  # name -> (environment, train overrides, warm start overrides)
     "default": ({}, [], []),
     "avx2": ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, [], []),
-    "avx512bf16": ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, [], []),
-    "fp32": ({}, ["learner.compute.dtype=float32"], []),
-    "fp32all": ({}, FLOAT32, []),
-    "float32": ({}, FLOAT32, ["warmstart.compute_dtype=float32"]),
+    "bf16": ({}, BF16, BF16_WARM),
+    "bf16_fp32learner": ({}, BF16[:1], BF16_WARM),
+    "avx512bf16": ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, BF16, BF16_WARM),
 }
 POSITIONS = {"win": "configs/positions/win_in_one.jsonl",
              "block": "configs/positions/block_in_one.jsonl"}
@@ -58,7 +59,7 @@ def run_cell(variant: str, seed: int, out: str, games: bool) -> dict:
 
     environment, train, warm_overrides = VARIANTS[variant]
     capped = environment.get("ONEDNN_MAX_CPU_ISA", "default").lower()
-    warm = f"cache:isa-{capped}{'-float32' if warm_overrides else ''}-warmstart-board"
+    warm = f"cache:isa-{capped}-{'auto' if warm_overrides else 'float32'}-warmstart-board"
     env = dict(os.environ)
     _arl("warmstart", "configs/warmstart_board.yaml", f"warmstart.output={warm}",
          *warm_overrides, env=env)
@@ -118,7 +119,7 @@ def full_games(run: str) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--variants", nargs="+", default=["default", "avx2", "fp32"],
+    parser.add_argument("--variants", nargs="+", default=["default", "avx2", "bf16"],
                         choices=VARIANTS)
     parser.add_argument("--games", nargs="*", default=[], help="VARIANT:SEED cells")
     parser.add_argument("--out", default="runs/isa_matrix")
