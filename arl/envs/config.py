@@ -14,6 +14,7 @@ from arl.schema import opt
 BOARD_FORMAT_HELP = ("boards as text: lists (X: 1 5 / O: 3 / free: ...) or grid (X|2|O "
                      "rows)")
 OPPONENTS = ("random", "minimax", "eps_minimax", "policy", "pool")
+OPPONENT_STREAMS = ("group", "episode")  # whose random stream an opponent draws from
 
 
 @dataclass
@@ -63,7 +64,7 @@ class FullGameConfig(EnvConfig):
                                "of a group meet one stream, so alike play meets alike "
                                "replies) or episode (a stream per game, so a group's games "
                                "differ where the policy plays alike)",
-                               choices=("group", "episode"))
+                               choices=OPPONENT_STREAMS)
     context: str = opt("game", "what each turn is asked in: game (the conversation so far, "
                        "extended by the env's replies) or board (a new conversation on the "
                        "current board alone, as the one-move task asks it; each turn its "

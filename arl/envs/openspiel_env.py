@@ -36,6 +36,7 @@ import numpy as np
 
 from arl.config import ConfigError, EnvConfig
 from arl.env_spec import EnvSpec
+from arl.envs.config import OPPONENT_STREAMS
 from arl.envs.game_env import move_tool, read_move
 from arl.schema import opt
 from arl.types import EnvReset, EnvStep, Message, Outcome, ParsedTurn, ToolCall, ToolCallError
@@ -59,7 +60,7 @@ class OpenSpielConfig(EnvConfig):
     opponent_stream: str = opt("group", "the bot's random choices: group (the G games of a "
                                "group meet one bot seed, so alike play meets alike replies) "
                                "or episode (a bot seed per game; the deal and the seat stay "
-                               "the group's)", choices=("group", "episode"))
+                               "the group's)", choices=OPPONENT_STREAMS)
 
 
 def load_game(name: str) -> Any:
